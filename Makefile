@@ -1,0 +1,59 @@
+# memrl — common commands. Every target sets up what it needs (`make setup` is idempotent).
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+# torch first, CPU build: on a machine without a local wheel use e.g.
+#   make setup TORCH_INSTALL="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+TORCH_INSTALL ?= torch==2.13.0
+EXTRAS ?= local,alfworld,dev
+# ALFWorld data: $ALFWORLD_DATA if set; else the repo's sibling shared data (dev/CI); else
+# ALFWorld's own default download location.
+SHARED_DATA := $(abspath ../shared/data)
+ALFWORLD_DATA ?= $(if $(wildcard $(SHARED_DATA)/alfworld),$(SHARED_DATA)/alfworld,$(HOME)/.cache/alfworld)
+export ALFWORLD_DATA
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export OPENBLAS_NUM_THREADS ?= 1
+
+STAMP := $(VENV)/.memrl-setup
+
+.PHONY: setup test test-fast demo reproduce-alfworld data-alfworld expert-check clean-runs
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH_INSTALL)
+	@echo "installing memrl and its extras ($(EXTRAS)); llama-cpp-python compiles on first install (~7 min on 2 cores)"
+	$(PIP) install -q -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+demo: setup
+	@test -d "$(ALFWORLD_DATA)/json_2.1.1" || { echo "no ALFWorld data at $(ALFWORLD_DATA): run 'make data-alfworld'"; exit 1; }
+	@start=$$(date +%s); \
+	$(PY) -m memrl.run experiment=demo hydra.run.dir=runs/demo && \
+	echo "demo wall time: $$(( $$(date +%s) - start )) s"
+
+reproduce-alfworld: setup
+	$(PY) -m memrl.run experiment=alfworld_paper
+
+data-alfworld: setup
+	$(VENV)/bin/alfworld-download --data-dir "$(ALFWORLD_DATA)"
+
+expert-check: setup
+	$(PY) -m memrl.run env=alfworld env.split=valid_seen env.max_steps=50 agent=expert memory=none runner.epochs=1 hydra.run.dir=runs/expert_valid_seen
+
+clean-runs:
+	rm -rf runs multirun

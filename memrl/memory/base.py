@@ -1,0 +1,76 @@
+"""The memory seam. MemRL and every baseline implement the same calls, so a run differs
+only by `memory=<name>`.
+
+The two calls of DESIGN §3 are `retrieve(task)` and `learn(episodes)`. `learn` is split in
+three so a batch can be journaled and a crashed run resumed exactly:
+
+- `digest`  per episode, in the episode's worker thread: model work that depends only on
+            the episode (e.g. writing a script or a reflection). No bank access.
+- `plan`    per batch, in task order: the bank changes as absolute values (`BankUpdate`).
+            Reads the bank as of batch start; writes nothing.
+- `apply`   writes a planned update. Idempotent.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memrl.records import EpisodeResult, RetrievedMemory, Task
+
+from .entry import BankUpdate
+
+if TYPE_CHECKING:
+    from memrl.llm.client import EpisodeLLM
+
+
+@dataclass
+class LearnItem:
+    """One finished episode as the memory module sees it when learning."""
+
+    task: Task
+    result: EpisodeResult
+    injected: list[RetrievedMemory]
+    epoch: int
+    digest: dict[str, Any] | None = None
+    errored: bool = False
+    embedding: list[float] = field(default_factory=list)  # the task intent's embedding
+
+
+class MemoryModule(ABC):
+    name: str = "base"
+    needs_llm: bool = False  # True when learning itself calls the model (e.g. writing)
+
+    @classmethod
+    def build(cls, settings: Any, *, run_dir: Path, embedder: Any) -> "MemoryModule":
+        """Construct from validated settings; modules with a bank keep it under run_dir."""
+        return cls(settings)
+
+    def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
+        """Called once per run with the run's tasks; returns facts for the run card."""
+        return {}
+
+    def retrieve(self, task: Task, *, seed: int = 0) -> list[RetrievedMemory]:
+        return []
+
+    def digest(self, task: Task, result: EpisodeResult, *, epoch: int,
+               llm: "EpisodeLLM | None") -> dict[str, Any] | None:
+        return None
+
+    @abstractmethod
+    def plan(self, items: list[LearnItem]) -> BankUpdate: ...
+
+    def apply(self, update: BankUpdate) -> None:
+        return None
+
+    def learn(self, items: list[LearnItem]) -> None:
+        self.apply(self.plan(items))
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """A comparable dump of the module's state (the bank), for tests and resume checks."""
+        return []
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,86 @@
+"""The memory-bank entry and the batch update that a memory module plans and a bank applies."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class MemoryEntry:
+    """(intent z, experience e, utility Q) plus counters and provenance."""
+
+    memory_id: str
+    intent: str
+    experience: str
+    embedding: list[float]
+    q: float = 0.0
+    visits: int = 0
+    success: bool = False
+    epoch: int = 0
+    task_id: str = ""
+    kind: str = ""  # script | reflection | trajectory | ...
+    injected_ids: list[str] = field(default_factory=list)  # memories used in the episode that wrote it
+    order: int = 0  # insertion order, for deterministic listing
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def metadata(self) -> dict[str, Any]:
+        """Chroma metadata (scalars only)."""
+        return {
+            "intent": self.intent,
+            "q": float(self.q),
+            "visits": int(self.visits),
+            "success": bool(self.success),
+            "epoch": int(self.epoch),
+            "task_id": self.task_id,
+            "kind": self.kind,
+            "injected_ids": json.dumps(self.injected_ids),
+            "order": int(self.order),
+            "extra": json.dumps(self.extra, sort_keys=True),
+        }
+
+    @classmethod
+    def from_chroma(cls, memory_id: str, document: str, meta: dict[str, Any],
+                    embedding: Any = None) -> "MemoryEntry":
+        return cls(
+            memory_id=memory_id,
+            intent=str(meta.get("intent", "")),
+            experience=document or "",
+            embedding=[] if embedding is None else [float(v) for v in embedding],
+            q=float(meta.get("q", 0.0)),
+            visits=int(meta.get("visits", 0)),
+            success=bool(meta.get("success", False)),
+            epoch=int(meta.get("epoch", 0)),
+            task_id=str(meta.get("task_id", "")),
+            kind=str(meta.get("kind", "")),
+            injected_ids=json.loads(meta.get("injected_ids", "[]")),
+            order=int(meta.get("order", 0)),
+            extra=json.loads(meta.get("extra", "{}")),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class BankUpdate:
+    """Everything one batch changes in a bank, with absolute values so applying it twice is
+    the same as applying it once (a crashed run re-applies its journal safely)."""
+
+    set_fields: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> {q, visits, ...}
+    add: list[MemoryEntry] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"set_fields": self.set_fields, "add": [e.to_dict() for e in self.add],
+                "delete": self.delete}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "BankUpdate":
+        return cls(set_fields=d.get("set_fields", {}),
+                   add=[MemoryEntry(**e) for e in d.get("add", [])],
+                   delete=list(d.get("delete", [])))
+
+    def is_empty(self) -> bool:
+        return not (self.set_fields or self.add or self.delete)

@@ -1,0 +1,196 @@
+"""MemRL (DESIGN §4): a bank of (intent, experience, Q); two-phase retrieval (similarity gate
+then utility-aware ranking); Monte-Carlo utility updates of the injected memories; one new
+memory per episode written by the frozen model.
+
+Defaults are the paper's. Every difference of the official code is a named switch whose
+default is the paper's behaviour.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from memrl.records import EpisodeResult, RetrievedMemory, Task
+
+from .bank import ChromaBank
+from .base import LearnItem, MemoryModule
+from .entry import BankUpdate, MemoryEntry
+from .retrieval import PhaseBOptions, phase_a, phase_b, similarity_quantile, update_q
+from .writer import ExperienceWriter
+
+if TYPE_CHECKING:
+    from memrl.embed import Embedder
+    from memrl.llm.client import EpisodeLLM
+
+
+class WriterSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_trajectory_chars: int = Field(3000, ge=0)
+    max_tokens: int = Field(160, ge=1)
+    include_trajectory: bool = True
+
+
+class BankSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    collection: str = "memories"
+    host: str | None = None  # a Chroma server; None = embedded PersistentClient in the run dir
+    port: int = 8000
+    ef_search: int = Field(256, ge=1)
+    ef_construction: int = Field(256, ge=1)
+
+
+class MemRLSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "memrl"
+    alpha: float = Field(0.3, ge=0.0, le=1.0, description="utility learning rate α")
+    lam: float = Field(0.5, ge=0.0, le=1.0, description="λ: weight of Q in the Phase-B score")
+    delta: float | Literal["auto"] = Field(0.62, description="similarity gate δ, or 'auto'")
+    delta_quantile: float = Field(0.8, gt=0.0, lt=1.0, description="quantile used by delta=auto")
+    k1: int = Field(5, ge=1, description="Phase-A candidate pool size")
+    k2: int = Field(3, ge=1, description="memories injected")
+    q_init: float = 0.0
+    reward_success: float = 1.0
+    reward_failure: float = -1.0
+    write_memories: bool = True
+    learn_from_errors: bool = False  # an episode whose model call failed teaches nothing
+    # --- official-code switches (defaults = paper) -----------------------------------------
+    q_init_by_outcome: bool = False  # HLE official code: Q_init = 1 on success, 0 on failure
+    sim_stats: tuple[float, float] | None = None  # fixed (mean, std) for z(sim) instead of pool
+    epsilon: float = Field(0.0, ge=0.0, le=1.0)  # ε-greedy: random k2 from the pool
+    dedup_threshold: float | None = Field(None, ge=0.0, le=1.0)  # near-duplicate intents share a key
+    z_clip: float | None = Field(None, gt=0.0)  # clip z(Q) to [-c, c]
+    q_floor: float | None = None
+    # --- ablations ---------------------------------------------------------------------------
+    normalize: bool = True  # False (with sim_gate False) = "w/o Norm & SimGate"
+    sim_gate: bool = True
+    writer: WriterSettings = WriterSettings()
+    bank: BankSettings = BankSettings()
+
+    @model_validator(mode="after")
+    def _check(self) -> "MemRLSettings":
+        if self.k2 > self.k1:
+            raise ValueError(f"k2 ({self.k2}) must not exceed k1 ({self.k1})")
+        if isinstance(self.delta, float) and not -1.0 <= self.delta <= 1.0:
+            raise ValueError(f"delta ({self.delta}) must be a cosine similarity in [-1, 1] or 'auto'")
+        return self
+
+
+class MemRLMemory(MemoryModule):
+    name = "memrl"
+    Settings = MemRLSettings
+
+    @classmethod
+    def build(cls, settings: MemRLSettings, *, run_dir: Path, embedder: Any) -> "MemRLMemory":
+        return cls(settings, bank_dir=Path(run_dir) / "bank", embedder=embedder)
+
+    def __init__(self, settings: MemRLSettings, *, bank_dir: str | Path, embedder: "Embedder"):
+        self.s = settings
+        self.needs_llm = settings.write_memories
+        self.embedder = embedder
+        b = settings.bank
+        self.bank = ChromaBank(bank_dir, collection=b.collection, host=b.host, port=b.port,
+                               ef_search=b.ef_search, ef_construction=b.ef_construction)
+        self.writer = ExperienceWriter(**settings.writer.model_dump())
+        self.delta: float = settings.delta if isinstance(settings.delta, float) else float("nan")
+        self._next_order = max((e.order for e in self.bank.iter_entries()), default=-1) + 1
+        self._phase_b = PhaseBOptions(
+            lam=settings.lam, k2=settings.k2, normalize=settings.normalize,
+            sim_mean=settings.sim_stats[0] if settings.sim_stats else None,
+            sim_std=settings.sim_stats[1] if settings.sim_stats else None,
+            z_clip=settings.z_clip)
+
+    # ------------------------------------------------------------------ set-up
+    def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
+        """Resolve `delta: auto` on the run's own task intents and embedder."""
+        if self.s.delta == "auto":
+            emb = self.embedder.embed([t.intent for t in tasks])
+            self.delta = similarity_quantile(emb, self.s.delta_quantile, seed=seed)
+        return {"delta": self.delta}
+
+    def _embed(self, text: str) -> np.ndarray:
+        return self.embedder.embed([text])[0]
+
+    # --------------------------------------------------------------- retrieve
+    def retrieve(self, task: Task, *, seed: int = 0) -> list[RetrievedMemory]:
+        hits = self.bank.query(self._embed(task.intent), self.s.k1)
+        if not hits:
+            return []
+        sims = np.array([s for _, s in hits])
+        pool_idx = phase_a(sims, delta=self.delta, k1=self.s.k1, gate=self.s.sim_gate)
+        if pool_idx.size == 0:
+            return []  # nothing similar enough: inject no memory
+        pool = [hits[i] for i in pool_idx]
+        psims = sims[pool_idx]
+        qs = np.array([e.q for e, _ in pool])
+        top, scores = phase_b(psims, qs, self._phase_b)
+        if self.s.epsilon > 0:
+            rng = np.random.default_rng(seed)
+            if rng.random() < self.s.epsilon:
+                top = np.sort(rng.choice(len(pool), size=min(self.s.k2, len(pool)), replace=False))
+        return [RetrievedMemory(memory_id=pool[i][0].memory_id, intent=pool[i][0].intent,
+                                experience=pool[i][0].experience, q=pool[i][0].q,
+                                similarity=float(psims[i]), score=float(scores[i]),
+                                success=pool[i][0].success) for i in top]
+
+    # ------------------------------------------------------------------ learn
+    def digest(self, task: Task, result: EpisodeResult, *, epoch: int,
+               llm: "EpisodeLLM | None") -> dict[str, Any] | None:
+        if not self.s.write_memories:
+            return None
+        return self.writer.write(task.intent, result, llm)
+
+    def reward(self, success: bool) -> float:
+        return self.s.reward_success if success else self.s.reward_failure
+
+    def plan(self, items: list[LearnItem]) -> BankUpdate:
+        update = BankUpdate()
+        used = sorted({m.memory_id for it in items for m in it.injected})
+        current = self.bank.get(used)
+        q = {mid: e.q for mid, e in current.items()}
+        visits = {mid: e.visits for mid, e in current.items()}
+        order = self._next_order
+        for it in items:
+            if it.errored and not self.s.learn_from_errors:
+                continue
+            r = self.reward(it.result.success)
+            for m in it.injected:
+                if m.memory_id not in q:
+                    continue  # removed since retrieval
+                q[m.memory_id] = update_q(q[m.memory_id], r, self.s.alpha, self.s.q_floor)
+                visits[m.memory_id] += 1
+                update.set_fields[m.memory_id] = {"q": q[m.memory_id], "visits": visits[m.memory_id]}
+            if self.s.write_memories and it.digest is not None:
+                update.add.append(self._new_entry(it, order))
+                order += 1
+        return update
+
+    def _new_entry(self, it: LearnItem, order: int) -> MemoryEntry:
+        key_text = it.task.intent
+        key = list(map(float, it.embedding)) if it.embedding else self._embed(key_text).tolist()
+        if self.s.dedup_threshold is not None:
+            near = self.bank.query(np.asarray(key), 1)
+            if near and near[0][1] >= self.s.dedup_threshold:
+                twin = self.bank.get([near[0][0].memory_id], with_embeddings=True)
+                if twin:
+                    entry = next(iter(twin.values()))
+                    key_text, key = entry.intent, entry.embedding
+        q0 = (1.0 if it.result.success else 0.0) if self.s.q_init_by_outcome else self.s.q_init
+        return MemoryEntry(
+            memory_id=f"e{it.epoch:03d}:{it.task.task_id}", intent=key_text,
+            experience=it.digest["experience"], embedding=key, q=q0, visits=0,
+            success=bool(it.result.success), epoch=it.epoch, task_id=it.task.task_id,
+            kind=it.digest.get("kind", ""), injected_ids=[m.memory_id for m in it.injected],
+            order=order)
+
+    def apply(self, update: BankUpdate) -> None:
+        self.bank.apply(update)
+        if update.add:
+            self._next_order = max(self._next_order, max(e.order for e in update.add) + 1)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return self.bank.snapshot()

@@ -1,0 +1,80 @@
+"""Experience writing (DESIGN §4 "Write"): a success becomes a short reusable plan plus the
+trajectory; a failure becomes a reflection plus the failed attempt. The prompts are plain
+text that ends where the model should continue, so base models and chat models both work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from memrl.llm.base import LLMError
+from memrl.records import EpisodeResult
+
+if TYPE_CHECKING:
+    from memrl.llm.client import EpisodeLLM
+
+SCRIPT_PROMPT = """The attempt below solved its task. Distil it into advice for solving similar tasks later.
+
+Task: {intent}
+Attempt:
+{trajectory}
+
+Write a general plan of three to five numbered steps. Describe kinds of objects and places rather than numbered instances, and keep each step to one line.
+Plan:
+1."""
+
+REFLECTION_PROMPT = """The attempt below did not solve its task. Work out what to change next time.
+
+Task: {intent}
+Attempt:
+{trajectory}
+
+In two or three sentences, say what went wrong and what to do differently on a similar task.
+Reflection:"""
+
+
+def format_trajectory(result: EpisodeResult, max_chars: int) -> str:
+    """The episode as '> action / observation' lines, shortened in the middle if too long."""
+    text = "\n".join(f"> {s.action}\n{s.observation}" for s in result.transcript)
+    if len(text) <= max_chars:
+        return text
+    half = max_chars // 2
+    return text[:half] + "\n[...]\n" + text[-half:]
+
+
+def _first_lines(text: str, max_lines: int) -> str:
+    lines = [ln.rstrip() for ln in text.strip().splitlines() if ln.strip()]
+    return "\n".join(lines[:max_lines])
+
+
+@dataclass
+class ExperienceWriter:
+    max_trajectory_chars: int = 3000
+    max_tokens: int = 160
+    include_trajectory: bool = True
+
+    def write(self, intent: str, result: EpisodeResult, llm: "EpisodeLLM | None") -> dict:
+        """Returns {"experience", "kind", "error"}; a failed model call still yields an entry."""
+        traj = format_trajectory(result, self.max_trajectory_chars)
+        kind = "script" if result.success else "reflection"
+        prompt = (SCRIPT_PROMPT if result.success else REFLECTION_PROMPT).format(
+            intent=intent, trajectory=traj or "(no actions)")
+        summary, error = "", None
+        if llm is not None:
+            try:
+                summary = llm.complete(prompt, purpose=f"write-{kind}", max_tokens=self.max_tokens,
+                                       stop=("\n\n",))
+            except LLMError as exc:
+                error = f"writer: {exc}"
+        summary = _first_lines(summary, 6)
+        if result.success:
+            head = f"Task: {intent}\nOutcome: solved\nPlan:\n1. {summary}" if summary else \
+                f"Task: {intent}\nOutcome: solved"
+            tail = "Successful trajectory:"
+        else:
+            head = f"Task: {intent}\nOutcome: failed\nReflection: {summary}" if summary else \
+                f"Task: {intent}\nOutcome: failed"
+            tail = "Failed attempt:"
+        experience = head + (f"\n{tail}\n{traj}" if self.include_trajectory and traj else "")
+        return {"experience": experience, "kind": kind, "error": error}

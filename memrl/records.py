@@ -1,0 +1,134 @@
+"""Record types shared by every seam (env, memory, runner, metrics) and their JSONL I/O.
+
+Everything a paper figure needs is derivable from `EpisodeRecord`s, so the record is
+deliberately complete: outcome, injected memories (with their Q *before* the update),
+token use, errors and the transcript.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+
+@dataclass(frozen=True)
+class Task:
+    """One benchmark task. `task_id` is stable across epochs; `intent` is what retrieval embeds."""
+
+    task_id: str
+    intent: str
+    payload: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass
+class RetrievedMemory:
+    """A memory chosen for injection into one episode, with the scores that chose it."""
+
+    memory_id: str
+    intent: str
+    experience: str
+    q: float  # utility at retrieval time (before this batch's update)
+    similarity: float
+    score: float  # Phase-B score (or similarity for similarity-only modules)
+    success: bool | None = None
+
+    def to_record(self) -> dict[str, Any]:
+        return {"id": self.memory_id, "q": self.q, "sim": self.similarity, "score": self.score}
+
+
+@dataclass
+class Step:
+    """One turn of an episode: what the agent did and what the environment answered."""
+
+    action: str
+    observation: str
+
+
+@dataclass
+class EpisodeResult:
+    """What an env adapter returns from `solve`: the episode minus bookkeeping."""
+
+    success: bool
+    reward: float
+    steps: int
+    transcript: list[Step] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EpisodeRecord:
+    """One line of `episodes.jsonl`."""
+
+    epoch: int
+    batch: int
+    task_id: str
+    intent: str
+    success: bool
+    reward: float
+    steps: int
+    injected: list[dict[str, Any]] = field(default_factory=list)
+    tokens: dict[str, int] = field(default_factory=dict)
+    llm_calls: int = 0
+    cache_hits: int = 0
+    errors: list[str] = field(default_factory=list)
+    transcript: list[dict[str, str]] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    duration_s: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EpisodeRecord":
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def append_jsonl(path: str | Path, rows: Iterable[str]) -> None:
+    """Append pre-serialised JSON lines and fsync, so a crash never leaves half a batch."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(row + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Yield rows; a torn last line (crash mid-write) is ignored, any other bad line raises."""
+    path = Path(path)
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8") as fh:
+        lines = fh.readlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError as exc:
+            if i == len(lines) - 1 and not line.endswith("\n"):
+                return
+            raise ValueError(f"{path}:{i + 1}: not valid JSON ({exc})") from exc
+
+
+def read_episodes(path: str | Path) -> list[EpisodeRecord]:
+    return [EpisodeRecord.from_dict(d) for d in iter_jsonl(path)]
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    """Write JSON via a temp file + rename so readers never see a partial file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, indent=2, sort_keys=True, ensure_ascii=False)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

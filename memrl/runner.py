@@ -1,0 +1,198 @@
+"""Epochs × batches: retrieve against the bank as of batch start, play the batch's episodes
+concurrently, learn in task order, commit. Killing the process at any moment and starting
+the same command again continues the run and ends in the same state.
+
+Commit protocol for one batch (files under `<run_dir>/state/`):
+  1. journal.json  ← the planned bank update and the batch's episode records (atomic write)
+  2. bank          ← apply the update (idempotent: absolute values)
+  3. episodes.jsonl← append the records (fsync)
+  4. checkpoint.json ← (epoch, batch) committed (atomic write); then the journal is removed.
+On start, a journal newer than the checkpoint is re-applied; episode lines beyond the
+checkpoint (a torn append) are dropped. A batch that never reached its journal is replayed;
+the response cache makes that replay free and identical.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+from tqdm import tqdm
+
+from memrl.llm.client import LLMClient
+from memrl.memory.base import LearnItem, MemoryModule
+from memrl.memory.entry import BankUpdate
+from memrl.records import (EpisodeRecord, EpisodeResult, RetrievedMemory, Task, append_jsonl,
+                           iter_jsonl, write_json_atomic)
+from memrl.seeding import derive_seed
+
+log = logging.getLogger(__name__)
+
+
+class RunnerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    epochs: int = Field(10, ge=1)
+    batch_size: int = Field(1, ge=1, description="B=1 is strictly online")
+    progress: bool = True
+    metrics_every_epoch: bool = True
+
+
+@dataclass
+class Checkpoint:
+    epoch: int = 1
+    batch: int = -1  # last committed batch of `epoch`; -1 = none yet
+
+    def after(self, epoch: int, batch: int) -> bool:
+        """True if (epoch, batch) is already committed."""
+        return (epoch, batch) <= (self.epoch, self.batch)
+
+
+class Runner:
+    def __init__(self, run_dir: str | Path, *, env: Any, memory: MemoryModule,
+                 llm: LLMClient | None, settings: RunnerSettings, seed: int,
+                 embed_intents: Callable[[list[str]], Any] | None = None,
+                 on_epoch_end: Callable[[int], None] | None = None):
+        self.dir = Path(run_dir)
+        self.env, self.memory, self.llm = env, memory, llm
+        self.s, self.seed = settings, seed
+        self.embed_intents = embed_intents
+        self.on_epoch_end = on_epoch_end
+        self.state_dir = self.dir / "state"
+        self.episodes_path = self.dir / "episodes.jsonl"
+        self.ckpt_path = self.state_dir / "checkpoint.json"
+        self.journal_path = self.state_dir / "journal.json"
+        self.workers = llm.max_concurrency if llm is not None else 1
+        self._embeddings: dict[str, list[float]] = {}
+
+    # ------------------------------------------------------------- persistence
+    def load_checkpoint(self) -> Checkpoint:
+        if not self.ckpt_path.exists():
+            return Checkpoint()
+        d = json.loads(self.ckpt_path.read_text())
+        return Checkpoint(epoch=int(d["epoch"]), batch=int(d["batch"]))
+
+    def _truncate_episodes(self, ckpt: Checkpoint) -> None:
+        """Keep only records of committed batches (drops a torn or orphaned append)."""
+        if not self.episodes_path.exists():
+            return
+        keep = [r for r in iter_jsonl(self.episodes_path)
+                if ckpt.after(int(r["epoch"]), int(r["batch"]))]
+        tmp = self.episodes_path.with_suffix(".jsonl.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for r in keep:
+                fh.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.episodes_path)
+
+    def recover(self) -> Checkpoint:
+        ckpt = self.load_checkpoint()
+        if self.journal_path.exists():
+            j = json.loads(self.journal_path.read_text())
+            if not ckpt.after(j["epoch"], j["batch"]):
+                log.info("recovering batch %s of epoch %s from its journal", j["batch"], j["epoch"])
+                self._truncate_episodes(ckpt)
+                self._commit(j["epoch"], j["batch"], BankUpdate.from_dict(j["update"]),
+                             j["records"], journal_written=True)
+                return self.load_checkpoint()
+            self.journal_path.unlink()
+        self._truncate_episodes(ckpt)
+        return ckpt
+
+    def _commit(self, epoch: int, batch: int, update: BankUpdate, records: list[dict],
+                journal_written: bool = False) -> None:
+        if not journal_written:
+            write_json_atomic(self.journal_path, {"epoch": epoch, "batch": batch,
+                                                  "update": update.to_dict(), "records": records})
+        self.memory.apply(update)
+        append_jsonl(self.episodes_path, [json.dumps(r, ensure_ascii=False, sort_keys=True)
+                                          for r in records])
+        write_json_atomic(self.ckpt_path, {"epoch": epoch, "batch": batch})
+        self.journal_path.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ episodes
+    def _episode_seed(self, epoch: int, task: Task) -> int:
+        return derive_seed(self.seed, epoch, task.task_id)
+
+    def _play(self, epoch: int, batch: int, task: Task,
+              memories: list[RetrievedMemory]) -> tuple[EpisodeRecord, LearnItem]:
+        seed = self._episode_seed(epoch, task)
+        ep_llm = self.llm.episode(f"s{self.seed}/e{epoch}/{task.task_id}", seed) if self.llm else None
+        t0 = time.monotonic()
+        try:
+            result = self.env.solve(task, memories, ep_llm, seed)
+        except Exception as exc:  # an adapter bug must not lose the batch: record it
+            log.error("episode %s crashed: %s", task.task_id, traceback.format_exc())
+            result = EpisodeResult(success=False, reward=0.0, steps=0,
+                                   errors=[f"env crash: {type(exc).__name__}: {exc}"])
+        errored = bool(result.errors)
+        try:
+            digest = self.memory.digest(task, result, epoch=epoch, llm=ep_llm)
+        except Exception as exc:
+            log.error("digest of %s failed: %s", task.task_id, traceback.format_exc())
+            digest = None
+            result.errors.append(f"memory digest: {type(exc).__name__}: {exc}")
+        info = dict(result.info)
+        if digest and digest.get("error"):
+            info["writer_error"] = digest["error"]
+        meter = ep_llm.meter if ep_llm is not None else None
+        record = EpisodeRecord(
+            epoch=epoch, batch=batch, task_id=task.task_id, intent=task.intent,
+            success=bool(result.success), reward=float(result.reward), steps=int(result.steps),
+            injected=[m.to_record() for m in memories],
+            tokens=meter.tokens() if meter else {"prompt": 0, "completion": 0},
+            llm_calls=meter.calls if meter else 0, cache_hits=meter.cache_hits if meter else 0,
+            errors=list(result.errors), transcript=[asdict(s) for s in result.transcript],
+            info=info, seed=seed, duration_s=round(time.monotonic() - t0, 3))
+        item = LearnItem(task=task, result=result, injected=memories, epoch=epoch, digest=digest,
+                         errored=errored, embedding=self._embeddings.get(task.task_id, []))
+        return record, item
+
+    # ------------------------------------------------------------------ main loop
+    def run(self, tasks: Sequence[Task]) -> Checkpoint:
+        tasks = list(tasks)
+        ids = [t.task_id for t in tasks]
+        if len(set(ids)) != len(ids):
+            raise ValueError("task ids must be unique within a run")
+        if not tasks:
+            raise ValueError("the environment listed no tasks")
+        if self.embed_intents is not None:
+            vecs = self.embed_intents([t.intent for t in tasks])
+            self._embeddings = {t.task_id: [float(x) for x in v] for t, v in zip(tasks, vecs)}
+        ckpt = self.recover()
+        B = self.s.batch_size
+        batches = [tasks[i:i + B] for i in range(0, len(tasks), B)]
+        with ThreadPoolExecutor(max_workers=max(1, self.workers)) as pool:
+            for epoch in range(1, self.s.epochs + 1):
+                todo = [b for b in range(len(batches)) if not ckpt.after(epoch, b)]
+                if not todo:
+                    continue
+                done_tasks = sum(len(batches[b]) for b in range(len(batches)) if ckpt.after(epoch, b))
+                bar = tqdm(total=len(tasks), initial=done_tasks, desc=f"epoch {epoch}/{self.s.epochs}",
+                           disable=not self.s.progress, unit="task", dynamic_ncols=True)
+                wins = 0
+                for b in todo:
+                    batch = batches[b]
+                    memories = [self.memory.retrieve(t, seed=derive_seed(self.seed, "retrieve", epoch,
+                                                                          t.task_id)) for t in batch]
+                    outs = list(pool.map(lambda tm: self._play(epoch, b, tm[0], tm[1]),
+                                         zip(batch, memories)))
+                    records = [asdict(r) for r, _ in outs]
+                    update = self.memory.plan([item for _, item in outs])
+                    self._commit(epoch, b, update, records)
+                    ckpt = Checkpoint(epoch, b)
+                    wins += sum(r["success"] for r in records)
+                    bar.update(len(batch))
+                    bar.set_postfix(solved=wins)
+                bar.close()
+                if self.on_epoch_end is not None:
+                    self.on_epoch_end(epoch)
+        return ckpt

@@ -1,0 +1,203 @@
+"""Metrics on hand-made success matrices; expected values worked out by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memrl.metrics import (
+    compute_metrics,
+    csr,
+    csr_curve,
+    forgetting_curve,
+    forgetting_mean,
+    last,
+    load_run,
+    success_matrix,
+    sr_curve,
+)
+from memrl.records import EpisodeRecord, append_jsonl
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Rows are epochs 1..3, columns tasks t0..t2.
+S3 = np.array(
+    [
+        [1, 0, 0],  # epoch 1: t0 solved
+        [1, 1, 0],  # epoch 2: t0, t1 solved
+        [0, 1, 1],  # epoch 3: t1, t2 solved; t0 forgotten
+    ]
+)
+
+
+def rec(task: str, epoch: int, success: bool, **kw) -> EpisodeRecord:
+    return EpisodeRecord(epoch=epoch, batch=0, task_id=task, intent=task, success=success, reward=float(success), steps=1, **kw)
+
+
+def records_from(S: np.ndarray) -> list[EpisodeRecord]:
+    return [rec(f"t{i}", t + 1, bool(S[t, i])) for t in range(S.shape[0]) for i in range(S.shape[1])]
+
+
+def test_curves_on_hand_matrix() -> None:
+    # SR: epoch1 1/3, epoch2 2/3, epoch3 2/3
+    assert sr_curve(S3) == pytest.approx([1 / 3, 2 / 3, 2 / 3])
+    assert last(S3) == pytest.approx(2 / 3)
+    # ever solved: after e1 {t0}=1/3, after e2 {t0,t1}=2/3, after e3 all=1
+    assert csr_curve(S3) == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert csr(S3) == pytest.approx(1.0)
+    # FR_2: zeros at e2 = {t2}; none of them was 1 at e1 -> 0/1 = 0
+    # FR_3: zeros at e3 = {t0}; t0 was 1 at e2 -> 1/1 = 1
+    assert forgetting_curve(S3) == pytest.approx([0.0, 1.0])
+    assert forgetting_mean(S3) == pytest.approx(0.5)
+
+
+def test_forgetting_partial_and_zero_denominator() -> None:
+    S = np.array(
+        [
+            [1, 1, 1, 0],
+            [1, 0, 0, 0],  # zeros {t1,t2,t3}; previously 1: {t1,t2} -> 2/3
+            [1, 1, 1, 1],  # no zeros -> defined as 0
+        ]
+    )
+    assert forgetting_curve(S) == pytest.approx([2 / 3, 0.0])
+    assert forgetting_mean(S) == pytest.approx(1 / 3)
+
+
+def test_single_epoch_has_no_forgetting() -> None:
+    S = np.array([[1, 0]])
+    assert forgetting_curve(S) == []
+    assert forgetting_mean(S) is None
+    m = compute_metrics(records_from(S))
+    assert m["forgetting"] == [] and m["forgetting_mean"] is None
+    assert m["last"] == pytest.approx(0.5) and m["csr"] == pytest.approx(0.5)
+
+
+def test_success_matrix_sorts_tasks_and_epochs() -> None:
+    recs = list(reversed(records_from(S3)))
+    recs = [r for r in recs if r.task_id != "t1"] + [r for r in recs if r.task_id == "t1"]
+    tasks, epochs, S = success_matrix(recs)
+    assert tasks == ["t0", "t1", "t2"]
+    assert epochs == [1, 2, 3]
+    assert S.shape == (3, 3)
+    np.testing.assert_array_equal(S, S3)
+
+
+def test_compute_metrics_keys_and_values() -> None:
+    recs = records_from(S3)
+    recs[0].tokens = {"prompt": 10, "completion": 3}
+    recs[1].tokens = {"prompt": 5, "completion": 2}
+    recs[1].errors = ["timeout"]
+    recs[2].llm_calls, recs[2].cache_hits = 4, 1
+    recs[3].llm_calls = 2
+    m = compute_metrics(recs)
+    assert set(m) == {
+        "sr", "last", "csr", "csr_curve", "forgetting", "forgetting_mean", "n_tasks", "epochs",
+        "n_episodes", "errored_episodes", "tokens", "llm_calls", "missing_cells",
+    }
+    assert m["sr"] == pytest.approx([1 / 3, 2 / 3, 2 / 3])
+    assert m["last"] == pytest.approx(2 / 3)
+    assert m["csr"] == pytest.approx(1.0)
+    assert m["csr_curve"] == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert m["forgetting"] == pytest.approx([0.0, 1.0])
+    assert m["forgetting_mean"] == pytest.approx(0.5)
+    assert (m["n_tasks"], m["epochs"], m["n_episodes"]) == (3, 3, 9)
+    assert m["errored_episodes"] == 1
+    assert m["tokens"] == {"prompt": 15, "completion": 5}
+    assert m["llm_calls"] == 6
+    assert m["missing_cells"] == []
+    json.dumps(m)  # must be JSON-serialisable (no numpy scalars)
+    assert all(type(x) is float for x in m["sr"] + m["csr_curve"] + m["forgetting"])
+
+
+def test_duplicate_records_in_epoch_count_as_any() -> None:
+    # t0 epoch 1: fail, success, fail -> 1; t1 epoch 1: fail, fail -> 0
+    recs = [rec("t0", 1, False), rec("t0", 1, True), rec("t0", 1, False), rec("t1", 1, False), rec("t1", 1, False)]
+    _, _, S = success_matrix(recs)
+    np.testing.assert_array_equal(S, [[1, 0]])
+    m = compute_metrics(recs)
+    assert m["sr"] == pytest.approx([0.5])
+    assert m["n_episodes"] == 5 and m["n_tasks"] == 2
+
+
+def test_missing_cells_raise_or_zero() -> None:
+    recs = [r for r in records_from(S3) if not (r.task_id == "t1" and r.epoch == 2)]
+    with pytest.raises(ValueError, match=r"t1@epoch2"):
+        success_matrix(recs)
+    with pytest.raises(ValueError):
+        compute_metrics(recs)
+    _, _, S = success_matrix(recs, allow_missing=True)
+    assert S[1, 1] == 0 and S[1, 0] == 1
+    m = compute_metrics(recs, allow_missing=True)
+    assert m["missing_cells"] == [["t1", 2]]
+    assert m["sr"][1] == pytest.approx(1 / 3)
+
+
+def test_wholly_missing_epoch_is_missing() -> None:
+    recs = [r for r in records_from(S3) if r.epoch != 2]
+    with pytest.raises(ValueError, match="3 missing"):
+        success_matrix(recs)
+
+
+def test_empty_records_raise() -> None:
+    with pytest.raises(ValueError):
+        compute_metrics([])
+
+
+def _write_run(run_dir: Path) -> None:
+    append_jsonl(run_dir / "episodes.jsonl", [r.to_json() for r in records_from(S3)])
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), MPLBACKEND="Agg")
+    return subprocess.run(
+        [sys.executable, "-m", "memrl.metrics", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_load_run_round_trip(tmp_path: Path) -> None:
+    _write_run(tmp_path)
+    recs = load_run(tmp_path)
+    assert len(recs) == 9
+    np.testing.assert_array_equal(success_matrix(recs)[2], S3)
+
+
+def test_cli_writes_metrics_and_plots(tmp_path: Path) -> None:
+    _write_run(tmp_path)
+    p = _cli(str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    printed = json.loads(p.stdout)
+    on_disk = json.loads((tmp_path / "metrics.json").read_text())
+    assert printed == on_disk
+    assert on_disk["forgetting_mean"] == pytest.approx(0.5)
+    assert on_disk["csr"] == pytest.approx(1.0)
+    for name in ("sr.png", "csr.png", "forgetting.png"):
+        png = tmp_path / "plots" / name
+        assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_no_plots(tmp_path: Path) -> None:
+    _write_run(tmp_path)
+    p = _cli(str(tmp_path), "--no-plots")
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "metrics.json").is_file()
+    assert not (tmp_path / "plots").exists()
+
+
+def test_cli_missing_dir_exits_2(tmp_path: Path) -> None:
+    p = _cli(str(tmp_path / "nope"))
+    assert p.returncode == 2
+    assert p.stdout == ""
+    assert len(p.stderr.strip().splitlines()) == 1 and "episodes.jsonl" in p.stderr
+
+
+def test_cli_missing_episodes_file_exits_2(tmp_path: Path) -> None:
+    p = _cli(str(tmp_path))
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "metrics.json").exists()
