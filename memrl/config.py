@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from memrl.runner import RunnerSettings
@@ -85,9 +86,14 @@ def _errors(section: str, exc: ValidationError) -> list[str]:
     out = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
-        key = f"{section}.{loc}" if loc else section
+        msg = err["msg"].removeprefix("Value error, ")
         got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
-        out.append(f"{key}: {err['msg']}{got}")
+        if not loc:  # a whole-model check names its field as "field: message"
+            head, sep, rest = msg.partition(": ")
+            if sep and head.isidentifier():
+                loc, msg = head, rest
+        key = f"{section}.{loc}" if loc else section
+        out.append(f"{key}: {msg}{got}")
     return out
 
 
@@ -96,8 +102,12 @@ def _section(cfg: DictConfig, name: str) -> dict[str, Any]:
     if node is None:
         raise ConfigError(f"{name}: missing config group (choose one, e.g. {name}=<option>)")
     try:
-        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
-    except Exception as exc:  # an interpolation that cannot resolve, e.g. a missing env var
+        return OmegaConf.to_container(node, resolve=True, throw_on_missing=True)  # type: ignore[return-value]
+    except MissingMandatoryValue as exc:
+        key = exc.full_key or name
+        hint = " (set ALFWORLD_DATA or env.data_root)" if key == "env.data_root" else ""
+        raise ConfigError(f"{key}: a value is required{hint}") from exc
+    except Exception as exc:  # an interpolation that cannot resolve
         raise ConfigError(f"{name}: {exc}") from exc
 
 

@@ -1,0 +1,39 @@
+"""Validated settings of the ALFWorld env (the `env=alfworld` config group)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SPLITS = {"valid_train": "valid_train", "valid_seen": "valid_seen",
+          "valid_unseen": "valid_unseen", "train": "train"}
+
+
+class AlfworldSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "alfworld"
+    data_root: str = Field(description="ALFWorld data folder ($ALFWORLD_DATA)")
+    split: Literal["valid_train", "valid_seen", "valid_unseen", "train"] = "valid_train"
+    max_steps: int = Field(30, ge=1)
+    max_tasks: int | None = Field(None, ge=1)
+    task_ids: list[str] | None = None
+    prompts_file: str | None = None
+    demo_index: int = Field(0, ge=0)
+    num_demos: int = Field(1, ge=1)
+    intent_with_observation: bool = False
+    cache_dir: str | None = None
+
+    @model_validator(mode="after")
+    def _check_paths(self) -> "AlfworldSettings":
+        root = Path(self.data_root).expanduser()
+        split_dir = root / "json_2.1.1" / SPLITS[self.split]
+        if not split_dir.is_dir():
+            raise ValueError(
+                f"data_root: no ALFWorld split folder at {split_dir} "
+                "(set ALFWORLD_DATA or env.data_root; `make data-alfworld` downloads the data)")
+        if self.prompts_file is not None and not Path(self.prompts_file).expanduser().is_file():
+            raise ValueError(f"prompts_file: {self.prompts_file} does not exist")
+        return self

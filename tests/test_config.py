@@ -1,0 +1,81 @@
+"""Config composition and validation: a wrong value stops the run before any model call,
+with a message naming the key."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from memrl.config import ConfigError, validate
+
+CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
+ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
+
+
+def cfg(*overrides: str):
+    with initialize_config_dir(config_dir=CONFIGS, version_base=None):
+        return compose(config_name="config", overrides=[f"env.data_root={ALFWORLD}", *overrides])
+
+
+needs_data = pytest.mark.skipif(not ALFWORLD.is_dir(), reason=f"ALFWorld data not at {ALFWORLD}")
+
+
+@needs_data
+def test_default_config_validates_with_paper_defaults():
+    v = validate(cfg())
+    assert (v.memory.alpha, v.memory.lam, v.memory.delta, v.memory.k1, v.memory.k2) == (0.3, 0.5, 0.62, 5, 3)
+    assert v.env.max_steps == 30 and v.runner.epochs == 10
+    assert v.llm.backend == "local"
+
+
+@needs_data
+def test_paper_preset_composes():
+    v = validate(cfg("experiment=alfworld_paper"))
+    assert v.llm.model == "openai/gpt-5-mini" and v.embedder.model == "openai/text-embedding-3-large"
+    assert v.env.split == "train"
+
+
+@needs_data
+@pytest.mark.parametrize("override,key", [
+    ("memory.lam=1.5", "memory.lam"),
+    ("memory.alpha=-0.1", "memory.alpha"),
+    ("memory.k2=9", "memory.k2"),
+    ("memory.delta=2.0", "memory.delta"),
+    ("runner.epochs=0", "runner.epochs"),
+    ("env.split=test", "env.split"),
+    ("llm.max_concurrency=0", "llm.max_concurrency"),
+    ("+memory.lamda=0.5", "memory.lamda"),
+])
+def test_bad_values_name_the_key(override, key):
+    with pytest.raises(ConfigError) as info:
+        validate(cfg(override))
+    assert key in str(info.value)
+
+
+def test_missing_data_path_names_the_key(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        validate(cfg(f"env.data_root={tmp_path / 'nowhere'}"))
+    assert "env.data_root" in str(info.value) and "make data-alfworld" in str(info.value)
+
+
+def test_cli_rejects_bad_value_before_building_anything(tmp_path):
+    env = dict(os.environ, ALFWORLD_DATA=str(ALFWORLD))
+    out = subprocess.run([sys.executable, "-m", "memrl.run", "memory.lam=1.5",
+                          f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 2
+    assert "memory.lam" in out.stderr
+    assert not (tmp_path / "run" / "run_card.json").exists()
+
+
+def test_cli_unknown_group_option_is_a_clear_error(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "memrl.run", "memory=nonexistent",
+                          f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0
+    assert "memory/nonexistent" in out.stderr or "nonexistent" in out.stderr
