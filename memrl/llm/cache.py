@@ -1,0 +1,99 @@
+"""On-disk response cache for model calls (SQLite, WAL, shareable between processes).
+
+The key is a hash of everything that can change an answer: the backend's model id, the
+messages and the sampling parameters. `sample_id` joins the key only when temperature > 0:
+a temperature-0 answer is deterministic, so identical prompts share one entry, while
+sampled answers stay distinct per sample and replay exactly on a rerun.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+from memrl.llm.base import LLMRequest, LLMResponse
+
+def default_cache_dir() -> Path:
+    """Where memrl keeps machine-wide files: `$MEMRL_CACHE_DIR`, else `~/.cache/memrl`."""
+    env = os.environ.get("MEMRL_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "memrl"
+
+
+_SCHEMA = "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+
+
+def request_key(model_id: str, request: LLMRequest) -> str:
+    """Stable sha256 hex digest identifying one (model, request) answer."""
+    payload: dict[str, object] = {
+        "model": model_id,
+        "messages": [[role, content] for role, content in request.messages],
+        "max_tokens": request.max_tokens,
+        "temperature": float(request.temperature),
+        "top_p": float(request.top_p),
+        "stop": list(request.stop),
+        "seed": request.seed,
+    }
+    if request.temperature > 0:
+        payload["sample_id"] = request.sample_id
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """Thread-safe key → `LLMResponse` store; one connection guarded by a lock."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        # timeout: wait for other processes' write locks instead of failing at once.
+        self._conn = sqlite3.connect(str(self.path), timeout=60.0, check_same_thread=False)
+        with self._lock:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(_SCHEMA)
+            self._conn.commit()
+
+    def get(self, key: str) -> LLMResponse | None:
+        with self._lock:
+            row = self._conn.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        data = json.loads(row[0])
+        return LLMResponse(
+            text=data["text"],
+            prompt_tokens=int(data.get("prompt_tokens", 0)),
+            completion_tokens=int(data.get("completion_tokens", 0)),
+            cost_usd=float(data.get("cost_usd", 0.0)),
+            cached=True,
+            model=data.get("model", ""),
+        )
+
+    def put(self, key: str, resp: LLMResponse) -> None:
+        value = json.dumps(
+            {
+                "text": resp.text,
+                "prompt_tokens": resp.prompt_tokens,
+                "completion_tokens": resp.completion_tokens,
+                "cost_usd": resp.cost_usd,
+                "model": resp.model,
+            },
+            ensure_ascii=False,
+        )
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", (key, value)
+            )
+            self._conn.commit()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

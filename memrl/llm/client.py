@@ -1,0 +1,274 @@
+"""LLM client: response cache, retries with backoff, concurrency limit, token/cost accounting.
+
+Interface contract:
+
+    client = LLMClient(backend, cache=ResponseCache(path), max_concurrency=8, max_retries=6,
+                       defaults=dict(max_tokens=..., temperature=..., top_p=...))
+    resp = client.complete(LLMRequest(...))   # cached, retried, counted
+    ep = client.episode(sample_prefix="seed0/e1/task-id", seed=123)
+    text = ep.complete("prompt text" or [(role, content), ...], purpose="act", stop=("\\n",))
+    ep.meter -> UsageMeter for this episode; client.totals() -> dict for the run card
+
+Every failure of the backend (after retries for transient errors, at once for the others)
+surfaces as `LLMError`, with the backend's exception as `__cause__`. Waits between tries grow
+exponentially (backoff_base · 2^k, jitter seeded by the request so reruns wait alike); a
+server's Retry-After is used instead when given. No single wait exceeds backoff_max.
+
+Accounting: `client.totals()` counts what this process spent (backend calls, their tokens and
+cost; cache hits separately). A cached response keeps the tokens and cost recorded when it was
+first made, so an episode's `meter` reads the same on a replay as on the original run.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+
+from memrl.llm.base import Backend, LLMError, LLMRequest, LLMResponse, UsageMeter
+from memrl.llm.cache import ResponseCache, request_key
+
+# Exception class names (litellm's, and the openai SDK's they derive from) worth retrying.
+_TRANSIENT_NAMES = frozenset(
+    {
+        "RateLimitError",
+        "InternalServerError",
+        "ServiceUnavailableError",
+        "BadGatewayError",
+        "Timeout",
+        "APITimeoutError",
+        "APIConnectionError",
+    }
+)
+_TRANSIENT_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors a retry may cure: rate limits, server errors, timeouts, lost connections.
+
+    litellm / openai classes are recognised by name and module along the MRO, so litellm need
+    not be imported when the backend is something else.
+    """
+    if isinstance(exc, (TimeoutError, ConnectionError)):
+        return True
+    for cls in type(exc).__mro__:
+        module = cls.__module__ or ""
+        if not module.startswith(("litellm", "openai")):
+            continue
+        if cls.__name__ in _TRANSIENT_NAMES:
+            return True
+        if cls.__name__ == "APIError" and getattr(exc, "status_code", None) in _TRANSIENT_STATUS:
+            return True
+    return False
+
+
+def _header(headers: Any, name: str) -> str | None:
+    if headers is None:
+        return None
+    try:
+        items = headers.items()
+    except AttributeError:
+        return None
+    for key, value in items:
+        if str(key).lower() == name:
+            return str(value)
+    return None
+
+
+def retry_after_seconds(exc: BaseException) -> float | None:
+    """Seconds the server asked us to wait (Retry-After / retry-after-ms), if it said."""
+    response = getattr(exc, "response", None)
+    for headers in (getattr(exc, "headers", None), getattr(response, "headers", None)):
+        ms = _header(headers, "retry-after-ms")
+        if ms is not None:
+            try:
+                return max(0.0, float(ms) / 1000.0)
+            except ValueError:
+                pass
+        value = _header(headers, "retry-after")
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            pass
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            continue
+        return max(0.0, when.timestamp() - time.time())
+    return None
+
+
+class LLMClient:
+    """Wraps a `Backend` with a cache, retries, a concurrency bound and usage totals."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        cache: ResponseCache | None = None,
+        max_concurrency: int = 8,
+        max_retries: int = 6,
+        backoff_base: float = 1.0,
+        backoff_max: float = 60.0,
+        defaults: Mapping[str, Any] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be >= 1")
+        self.backend = backend
+        self.cache = cache
+        self.max_concurrency = max_concurrency
+        self.max_retries = max(0, int(max_retries))
+        self.backoff_base = float(backoff_base)
+        self.backoff_max = float(backoff_max)
+        self.defaults: dict[str, Any] = dict(defaults or {})
+        self._sleep = sleep
+        self._sem = threading.BoundedSemaphore(max_concurrency)
+        self._lock = threading.Lock()
+        self._totals: Counter[str] = Counter()
+        self._cost = 0.0
+
+    @property
+    def model_id(self) -> str:
+        return self.backend.model_id
+
+    # -- one request --------------------------------------------------------------------
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        key = request_key(self.backend.model_id, request)
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                with self._lock:
+                    self._totals["requests"] += 1
+                    self._totals["cache_hits"] += 1
+                return hit
+        try:
+            resp = self._call_with_retries(request, key)
+        except Exception as exc:
+            with self._lock:
+                self._totals["requests"] += 1
+                self._totals["failures"] += 1
+            raise LLMError(f"{self.backend.model_id}: {type(exc).__name__}: {exc}") from exc
+        resp.cached = False
+        resp.model = resp.model or self.backend.model_id
+        if self.cache is not None:
+            self.cache.put(key, resp)
+        with self._lock:
+            self._totals["requests"] += 1
+            self._totals["calls"] += 1
+            self._totals["prompt_tokens"] += resp.prompt_tokens
+            self._totals["completion_tokens"] += resp.completion_tokens
+            self._cost += resp.cost_usd
+        return resp
+
+    def _attempt(self, request: LLMRequest) -> LLMResponse:
+        # The slot is held only while the backend works, not while backing off.
+        with self._sem:
+            return self.backend.generate(request)
+
+    def _wait(self, key: str) -> Callable[[RetryCallState], float]:
+        def wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            asked = retry_after_seconds(exc) if exc is not None else None
+            if asked is not None:
+                return min(asked, self.backoff_max)
+            # Exponential backoff with jitter in [0.5, 1.0) of the step, seeded by the
+            # request and attempt so a rerun waits the same way.
+            step = min(self.backoff_max, self.backoff_base * 2 ** (state.attempt_number - 1))
+            jitter = random.Random(f"{key}:{state.attempt_number}").random()
+            return step * (0.5 + 0.5 * jitter)
+
+        return wait
+
+    def _on_retry(self, state: RetryCallState) -> None:
+        with self._lock:
+            self._totals["retries"] += 1
+
+    def _call_with_retries(self, request: LLMRequest, key: str) -> LLMResponse:
+        retrying = Retrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=self._wait(key),
+            retry=retry_if_exception(is_transient),
+            before_sleep=self._on_retry,
+            sleep=self._sleep,
+            reraise=True,
+        )
+        return retrying(self._attempt, request)
+
+    # -- accounting ---------------------------------------------------------------------
+    def totals(self) -> dict[str, Any]:
+        with self._lock:
+            out: dict[str, Any] = {
+                name: int(self._totals[name])
+                for name in (
+                    "requests",
+                    "calls",
+                    "cache_hits",
+                    "retries",
+                    "failures",
+                    "prompt_tokens",
+                    "completion_tokens",
+                )
+            }
+            out["cost_usd"] = self._cost
+        out["model"] = self.backend.model_id
+        return out
+
+    def episode(self, sample_prefix: str, seed: int | None = None) -> EpisodeLLM:
+        return EpisodeLLM(self, sample_prefix, seed)
+
+
+class EpisodeLLM:
+    """One episode's handle: names each sample, applies defaults, meters usage."""
+
+    def __init__(self, client: LLMClient, sample_prefix: str, seed: int | None) -> None:
+        self.client = client
+        self.sample_prefix = sample_prefix
+        self.seed = seed
+        self.meter = UsageMeter()
+        self._counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def complete(
+        self,
+        prompt: str | Sequence[tuple[str, str]],
+        *,
+        purpose: str,
+        max_tokens: int | None = None,
+        stop: Sequence[str] = (),
+        temperature: float | None = None,
+    ) -> str:
+        """Ask the model; a plain string is one user message. Raises `LLMError` on failure."""
+        if isinstance(prompt, str):
+            messages: tuple[tuple[str, str], ...] = (("user", prompt),)
+        else:
+            messages = tuple((str(role), str(content)) for role, content in prompt)
+        with self._lock:
+            n = self._counts[purpose]
+            self._counts[purpose] += 1
+        d = self.client.defaults
+        request = LLMRequest(
+            messages=messages,
+            max_tokens=int(max_tokens if max_tokens is not None else d.get("max_tokens", 256)),
+            temperature=float(temperature if temperature is not None else d.get("temperature", 0.0)),
+            top_p=float(d.get("top_p", 1.0)),
+            stop=tuple(stop),
+            sample_id=f"{self.sample_prefix}/{purpose}/{n}",
+            seed=self.seed,
+        )
+        try:
+            resp = self.client.complete(request)
+        except LLMError as exc:
+            with self._lock:
+                self.meter.errors.append(f"{purpose}: {exc}")
+            raise
+        with self._lock:
+            self.meter.add(resp)
+        return resp.text

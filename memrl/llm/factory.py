@@ -1,0 +1,85 @@
+"""Build an `LLMClient` from the `llm` config group (a plain dict or an OmegaConf DictConfig).
+
+Keys: backend (litellm | local | scripted), model, api_base, api_key_env, timeout,
+max_concurrency, max_retries, temperature, top_p, max_tokens, cache (bool), cache_path,
+n_ctx, model_path; for `scripted` optionally `script` ("package.module:function", a
+function request -> str; default: echo the last user message) and `model` as its model id.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from memrl.llm.base import Backend, LLMRequest
+from memrl.llm.cache import ResponseCache, default_cache_dir
+from memrl.llm.client import LLMClient
+
+
+def _load_callable(path: str) -> Callable[[LLMRequest], str]:
+    module, _, name = path.partition(":")
+    if not name:
+        raise ValueError(f"script must look like 'package.module:function', got {path!r}")
+    fn = getattr(importlib.import_module(module), name)
+    if not callable(fn):
+        raise TypeError(f"{path} is not callable")
+    return fn  # type: ignore[no-any-return]
+
+
+def _get(cfg: Mapping[str, Any], name: str, default: Any) -> Any:
+    """cfg[name], or `default` when missing or null."""
+    value = cfg.get(name)
+    return default if value is None else value
+
+
+def build_backend(cfg: Mapping[str, Any]) -> Backend:
+    kind = str(cfg.get("backend", "litellm"))
+    if kind == "litellm":
+        from memrl.llm.litellm_backend import LiteLLMBackend
+
+        model = cfg.get("model")
+        if not model:
+            raise ValueError("llm.backend=litellm needs llm.model")
+        return LiteLLMBackend(
+            str(model),
+            api_base=cfg.get("api_base"),
+            api_key_env=cfg.get("api_key_env"),
+            timeout=float(_get(cfg, "timeout", 60)),
+        )
+    if kind == "local":
+        from memrl.llm.local import LocalLlamaBackend
+
+        return LocalLlamaBackend(
+            model_path=cfg.get("model_path"),
+            n_ctx=int(_get(cfg, "n_ctx", 4096)),
+            n_threads=cfg.get("n_threads"),
+        )
+    if kind == "scripted":
+        from memrl.llm.scripted import ScriptedBackend, echo_last_user
+
+        script = cfg.get("script")
+        fn = _load_callable(str(script)) if script else echo_last_user
+        return ScriptedBackend(fn, model_id=str(cfg.get("model") or "scripted"))
+    raise ValueError(f"unknown llm backend {kind!r} (litellm | local | scripted)")
+
+
+def build_client(cfg: Mapping[str, Any]) -> LLMClient:
+    backend = build_backend(cfg)
+    cache = None
+    if _get(cfg, "cache", True):
+        cache = ResponseCache(cfg.get("cache_path") or default_cache_dir() / "llm-cache.sqlite")
+    defaults = {
+        name: cfg.get(name)
+        for name in ("temperature", "top_p", "max_tokens")
+        if cfg.get(name) is not None
+    }
+    return LLMClient(
+        backend,
+        cache=cache,
+        max_concurrency=int(_get(cfg, "max_concurrency", 8)),
+        max_retries=int(_get(cfg, "max_retries", 6)),
+        backoff_base=float(_get(cfg, "backoff_base", 1.0)),
+        backoff_max=float(_get(cfg, "backoff_max", 60.0)),
+        defaults=defaults,
+    )

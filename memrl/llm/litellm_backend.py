@@ -1,0 +1,95 @@
+"""Backend for any model litellm can reach: hosted APIs, vLLM, Ollama, llama.cpp servers.
+
+litellm is imported on first use, after `LITELLM_LOCAL_MODEL_COST_MAP=True` is set so that
+importing it never reaches for the network. litellm's own retries are switched off
+(`num_retries=0`, `max_retries=0`): `LLMClient` retries.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
+
+from memrl.llm.base import LLMRequest, LLMResponse
+
+
+def import_litellm() -> ModuleType:
+    """Import litellm quietly and offline (local price list, no debug banners)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+def api_key_from_env(api_key_env: str | None) -> str | None:
+    if not api_key_env:
+        return None
+    key = os.environ.get(api_key_env)
+    if not key:
+        raise RuntimeError(f"environment variable {api_key_env} (the API key) is not set")
+    return key
+
+
+class LiteLLMBackend:
+    """Chat completion through `litellm.completion`."""
+
+    def __init__(
+        self,
+        model: str,
+        api_base: str | None = None,
+        api_key_env: str | None = None,
+        timeout: float = 60,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.api_base = api_base or None
+        self.api_key_env = api_key_env or None
+        self.timeout = float(timeout)
+        self.extra: dict[str, Any] = dict(extra or {})
+        self.model_id = f"{model}@{self.api_base}" if self.api_base else model
+
+    def generate(self, request: LLMRequest) -> LLMResponse:
+        litellm = import_litellm()
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": role, "content": content} for role, content in request.messages],
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "timeout": self.timeout,
+            "num_retries": 0,
+            "max_retries": 0,
+            # Providers that do not take e.g. `seed` get it dropped instead of failing.
+            "drop_params": True,
+        }
+        if request.stop:
+            kwargs["stop"] = list(request.stop)
+        if request.seed is not None:
+            kwargs["seed"] = request.seed
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+        key = api_key_from_env(self.api_key_env)
+        if key:
+            kwargs["api_key"] = key
+        kwargs.update(self.extra)
+        raw = litellm.completion(**kwargs)
+        text = raw.choices[0].message.content or ""
+        usage = getattr(raw, "usage", None)
+        return LLMResponse(
+            text=text,
+            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+            cost_usd=_cost(litellm, raw),
+            model=self.model_id,
+        )
+
+
+def _cost(litellm: ModuleType, raw: Any) -> float:
+    """Price of one response from litellm's local price list; 0.0 for unknown models."""
+    try:
+        return float(litellm.completion_cost(completion_response=raw) or 0.0)
+    except Exception:  # litellm raises a variety of errors for unpriced models
+        return 0.0
