@@ -35,9 +35,12 @@ def test_default_config_validates_with_paper_defaults():
 
 @needs_data
 def test_paper_preset_composes():
-    v = validate(cfg("experiment=alfworld_paper"))
+    # the full train split is not in the shared data; its absence must be a clear error
+    with pytest.raises(ConfigError, match="json_2.1.1/train"):
+        validate(cfg("experiment=alfworld_paper"))
+    v = validate(cfg("experiment=alfworld_paper", "env.split=valid_train"))
     assert v.llm.model == "openai/gpt-5-mini" and v.embedder.model == "openai/text-embedding-3-large"
-    assert v.env.split == "train"
+    assert (v.memory.delta, v.memory.k1, v.memory.k2, v.env.max_steps) == (0.62, 5, 3, 30)
 
 
 @needs_data

@@ -22,7 +22,8 @@ class AlfworldSettings(BaseModel):
     task_ids: list[str] | None = None
     prompts_file: str | None = None
     demo_index: int = Field(0, ge=0)
-    num_demos: int = Field(1, ge=1)
+    num_demos: int = Field(1, ge=0)
+    max_tokens: int = Field(64, ge=1, description="tokens per action reply")
     intent_with_observation: bool = False
     cache_dir: str | None = None
 
