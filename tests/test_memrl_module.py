@@ -1,0 +1,88 @@
+"""MemRL as a memory module: what it writes, what it updates, and its official-code switches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memrl.embed import HashingEmbedder
+from memrl.memory.base import LearnItem
+from memrl.memory.memrl import MemRLMemory, MemRLSettings
+from memrl.records import EpisodeResult, RetrievedMemory, Step, Task
+
+
+def make(tmp_path, **kw):
+    return MemRLMemory(MemRLSettings(**kw), bank_dir=tmp_path / "bank", embedder=HashingEmbedder(dim=64))
+
+
+def item(task, success, injected=(), epoch=1, errored=False, text="exp"):
+    res = EpisodeResult(success=success, reward=float(success), steps=1,
+                        transcript=[Step("go to desk 1", "You arrive at desk 1.")],
+                        errors=["LLMError"] if errored else [])
+    return LearnItem(task=task, result=res, injected=list(injected), epoch=epoch,
+                     digest={"experience": text, "kind": "script" if success else "reflection"},
+                     errored=errored)
+
+
+T1 = Task("a/1", "put a clean mug in coffeemachine.")
+T2 = Task("b/2", "put a clean mug in the coffeemachine.")
+T3 = Task("c/3", "examine the alarmclock with the desklamp.")
+
+
+def test_every_episode_writes_one_memory_with_q_init(tmp_path):
+    mem = make(tmp_path, delta=0.0, k1=5, k2=3)
+    mem.learn([item(T1, True), item(T3, False)])
+    snap = {e["id"]: e for e in mem.snapshot()}
+    assert set(snap) == {"e001:a/1", "e001:c/3"}
+    assert snap["e001:a/1"]["q"] == 0.0 and snap["e001:a/1"]["success"] is True
+
+
+def test_q_init_by_outcome_switch(tmp_path):
+    mem = make(tmp_path, delta=0.0, q_init_by_outcome=True)
+    mem.learn([item(T1, True), item(T3, False)])
+    assert {e["id"]: e["q"] for e in mem.snapshot()} == {"e001:a/1": 1.0, "e001:c/3": 0.0}
+
+
+def test_injected_memories_get_reward_update_and_errored_episodes_teach_nothing(tmp_path):
+    mem = make(tmp_path, delta=0.0, alpha=0.5, reward_failure=-1.0)
+    mem.learn([item(T1, True)])
+    got = mem.retrieve(T2)
+    assert [m.memory_id for m in got] == ["e001:a/1"]
+    mem.learn([item(T2, False, injected=got, epoch=2), item(T3, True, injected=got, epoch=2, errored=True)])
+    snap = {e["id"]: e for e in mem.snapshot()}
+    assert snap["e001:a/1"]["q"] == pytest.approx(0.5 * (-1.0 - 0.0))
+    assert snap["e001:a/1"]["visits"] == 1  # the errored episode did not count
+    assert "e002:c/3" not in snap  # and wrote nothing
+
+
+def test_similarity_gate_blocks_unrelated_intents(tmp_path):
+    mem = make(tmp_path, delta=0.9)
+    mem.learn([item(T1, True)])
+    assert mem.retrieve(T3) == []  # unrelated: below δ, nothing injected
+    assert [m.memory_id for m in mem.retrieve(T1)] == ["e001:a/1"]  # identical intent: sim 1
+
+
+def test_utility_reorders_candidates(tmp_path):
+    mem = make(tmp_path, delta=-1.0, k1=2, k2=1, lam=1.0)
+    mem.learn([item(T1, True), item(T2, True)])
+    # λ=1: rank by Q only. Make the less similar memory the more useful one.
+    first = mem.retrieve(T1)[0].memory_id
+    assert first == "e001:a/1"  # equal Q: similarity breaks the tie
+    mem.apply(mem.plan([item(T3, True, injected=[RetrievedMemory("e001:b/2", "", "", 0.0, 0.5, 0.0)], epoch=2)]))
+    assert mem.retrieve(T1)[0].memory_id == "e001:b/2"
+
+
+def test_delta_auto_uses_the_run_intents(tmp_path):
+    mem = make(tmp_path, delta="auto", delta_quantile=0.8)
+    facts = mem.setup([T1, T2, T3, Task("d/4", "heat some egg and put it in garbagecan.")])
+    emb = HashingEmbedder(dim=64).embed([T1.intent, T2.intent, T3.intent, "heat some egg and put it in garbagecan."])
+    sims = (emb @ emb.T)[np.triu_indices(4, 1)]
+    assert facts["delta"] == pytest.approx(float(np.quantile(sims, 0.8)))
+
+
+def test_near_duplicate_intents_share_one_key(tmp_path):
+    mem = make(tmp_path, delta=0.0, dedup_threshold=0.5)
+    mem.learn([item(T1, True)])
+    mem.learn([item(T2, False, epoch=2)])
+    snap = {e["id"]: e for e in mem.snapshot()}
+    assert snap["e002:b/2"]["intent"] == T1.intent  # stored under the existing key
