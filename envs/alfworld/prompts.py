@@ -1,0 +1,123 @@
+"""ReAct-style prompt assembly for ALFWorld: instructions, demonstrations, memories, history.
+
+The prompt is plain text that ends with "\\n>", so any model continues it with one action:
+a base model through text completion, a chat model as the content of a user message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+from memrl.records import RetrievedMemory, Step
+
+PROMPTS_FILENAME = "react_alfworld_3prompts.json"
+
+INSTRUCTION = (
+    "You control an agent inside a text-based simulation of a household. After each '>' "
+    "write exactly one command on a single line; the environment replies on the next line.\n"
+    "Commands: go to <place>, open <receptacle>, close <receptacle>, take <object> from "
+    "<place>, put <object> in/on <place>, clean <object> with <place>, heat <object> with "
+    "<place>, cool <object> with <place>, use <object>, examine <thing>, inventory, look.\n"
+    "Name things exactly as the environment does, numbers included (e.g. 'cabinet 2'). "
+    "To reason or plan without acting, write 'think: <your thoughts>'; the reply is 'OK.' "
+    "and nothing changes. A command the environment does not understand has no effect "
+    "('Nothing happens.'). The task is over as soon as its goal holds."
+)
+
+MEMORY_OPEN = "=== Past experiences (from memory; use them only where they fit this task) ==="
+MEMORY_CLOSE = "=== End of past experiences ==="
+
+
+def default_prompts_file(data_root: Path) -> Path | None:
+    candidate = data_root / PROMPTS_FILENAME
+    return candidate if candidate.is_file() else None
+
+
+def load_demonstrations(path: str | os.PathLike[str]) -> dict[str, str]:
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise ValueError(f"{path}: expected a JSON object of prompt strings")
+    return data
+
+
+def select_demonstrations(
+    demos: dict[str, str], task_type: str, demo_index: int = 0, num_demos: int = 1
+) -> list[str]:
+    """`num_demos` demonstrations `react_<task_type>_<i>`, starting at `demo_index`, wrapping."""
+    if num_demos <= 0:
+        return []
+    available = sorted(
+        int(key.rsplit("_", 1)[1])
+        for key in demos
+        if key.startswith(f"react_{task_type}_") and key.rsplit("_", 1)[1].isdigit()
+    )
+    if len(available) < num_demos:
+        raise ValueError(
+            f"{num_demos} demonstrations requested for task type {task_type!r}, "
+            f"the prompts file has {len(available)} (keys react_{task_type}_<i>)"
+        )
+    if demo_index not in available:
+        raise ValueError(f"no demonstration react_{task_type}_{demo_index} in the prompts file")
+    start = available.index(demo_index)
+    chosen = [available[(start + k) % len(available)] for k in range(num_demos)]
+    return [demos[f"react_{task_type}_{i}"].strip("\n") for i in chosen]
+
+
+def format_memories(memories: Sequence[RetrievedMemory]) -> str:
+    """The block of injected memories; empty string when there are none."""
+    if not memories:
+        return ""
+    lines = [MEMORY_OPEN]
+    for i, mem in enumerate(memories, 1):
+        lines.append(f"--- Experience {i} (earlier task: {mem.intent.strip()}) ---")
+        lines.append(mem.experience.strip())
+    lines.append(MEMORY_CLOSE)
+    return "\n".join(lines)
+
+
+def format_task_start(room: str, task: str) -> str:
+    """The first observation the way the demonstrations show it (no TextWorld banner)."""
+    return f"{room}\nYour task is to: {task}" if room else f"Your task is to: {task}"
+
+
+def build_prompt(
+    demonstrations: Sequence[str],
+    memories: Sequence[RetrievedMemory],
+    task_start: str,
+    history: Sequence[Step],
+    instruction: str = INSTRUCTION,
+) -> str:
+    parts = [instruction]
+    if demonstrations:
+        head = (
+            "Here is an example of a task being solved:"
+            if len(demonstrations) == 1
+            else f"Here are {len(demonstrations)} examples of tasks being solved:"
+        )
+        parts.append(head + "\n\n" + "\n\n".join(demonstrations))
+    block = format_memories(memories)
+    if block:
+        parts.append(block)
+    episode = [task_start]
+    for step in history:
+        episode.append(f"> {step.action}")
+        episode.append(step.observation)
+    parts.append("Here is your task.\n" + "\n".join(episode))
+    return "\n\n".join(parts) + "\n>"
+
+
+def parse_action(reply: str) -> str:
+    """The first non-empty line of the model's reply, without a leading '>'."""
+    for line in reply.splitlines():
+        action = line.strip().lstrip(">").strip()
+        if action:
+            return action
+    return ""
+
+
+def is_think(action: str) -> bool:
+    return action.lower().startswith("think:")
