@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memrl.llm.cache import default_cache_dir
+
 SPLIT_FOLDERS = {
     "valid_train": "valid_train",
     "valid_seen": "valid_seen",
@@ -95,10 +97,6 @@ def candidate_games(split_dir: Path) -> list[GameEntry]:
 
 def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("MEMRL_CACHE_DIR") or Path.home() / ".cache" / "memrl")
 
 
 class GameInfoCache:
