@@ -71,6 +71,7 @@ class Runner:
         self.journal_path = self.state_dir / "journal.json"
         self.workers = llm.max_concurrency if llm is not None else 1
         self._embeddings: dict[str, list[float]] = {}
+        self._solved: set[str] = set()
 
     # ------------------------------------------------------------- persistence
     def load_checkpoint(self) -> Checkpoint:
@@ -127,7 +128,10 @@ class Runner:
         seed = self._episode_seed(epoch, task)
         ep_llm = self.llm.episode(f"s{self.seed}/e{epoch}/{task.task_id}", seed) if self.llm else None
         t0 = time.monotonic()
+        if self.memory.skip_solved and task.task_id in self._solved:
+            return self._carried(epoch, batch, task, seed)
         try:
+            memories = self.memory.select(task, memories, llm=ep_llm)
             result = self.env.solve(task, memories, ep_llm, seed)
         except Exception as exc:  # an adapter bug must not lose the batch: record it
             log.error("episode %s crashed: %s", task.task_id, traceback.format_exc())
@@ -156,6 +160,16 @@ class Runner:
                          errored=errored, embedding=self._embeddings.get(task.task_id, []))
         return record, item
 
+    def _carried(self, epoch: int, batch: int, task: Task, seed: int) -> tuple[EpisodeRecord, LearnItem]:
+        """A task already solved by a module that does not re-attempt solved tasks."""
+        result = EpisodeResult(success=True, reward=1.0, steps=0, info={"carried": True})
+        record = EpisodeRecord(epoch=epoch, batch=batch, task_id=task.task_id, intent=task.intent,
+                               success=True, reward=1.0, steps=0,
+                               tokens={"prompt": 0, "completion": 0}, info={"carried": True},
+                               seed=seed)
+        return record, LearnItem(task=task, result=result, injected=[], epoch=epoch,
+                                 embedding=self._embeddings.get(task.task_id, []))
+
     # ------------------------------------------------------------------ main loop
     def run(self, tasks: Sequence[Task]) -> Checkpoint:
         tasks = list(tasks)
@@ -168,6 +182,7 @@ class Runner:
             vecs = self.embed_intents([t.intent for t in tasks])
             self._embeddings = {t.task_id: [float(x) for x in v] for t, v in zip(tasks, vecs)}
         ckpt = self.recover()
+        self._solved = {r["task_id"] for r in iter_jsonl(self.episodes_path) if r["success"]}
         B = self.s.batch_size
         batches = [tasks[i:i + B] for i in range(0, len(tasks), B)]
         with ThreadPoolExecutor(max_workers=max(1, self.workers)) as pool:
@@ -189,6 +204,7 @@ class Runner:
                     update = self.memory.plan([item for _, item in outs])
                     self._commit(epoch, b, update, records)
                     ckpt = Checkpoint(epoch, b)
+                    self._solved.update(r["task_id"] for r in records if r["success"])
                     wins += sum(r["success"] for r in records)
                     bar.update(len(batch))
                     bar.set_postfix(solved=wins)

@@ -4,6 +4,8 @@ only by `memory=<name>`.
 The two calls of DESIGN §3 are `retrieve(task)` and `learn(episodes)`. `learn` is split in
 three so a batch can be journaled and a crashed run resumed exactly:
 
+- `select`  per episode, in the worker thread, before the episode: model-side filtering of
+            what `retrieve` returned (Self-RAG); default keeps all.
 - `digest`  per episode, in the episode's worker thread: model work that depends only on
             the episode (e.g. writing a script or a reflection). No bank access.
 - `plan`    per batch, in task order: the bank changes as absolute values (`BankUpdate`).
@@ -52,8 +54,18 @@ class MemoryModule(ABC):
         """Called once per run with the run's tasks; returns facts for the run card."""
         return {}
 
+    # Pass@k-style modules: a task solved in an earlier epoch is not attempted again; its
+    # success is carried forward (recorded with info.carried = true and no model calls).
+    skip_solved: bool = False
+
     def retrieve(self, task: Task, *, seed: int = 0) -> list[RetrievedMemory]:
         return []
+
+    def select(self, task: Task, candidates: list[RetrievedMemory], *,
+               llm: "EpisodeLLM | None") -> list[RetrievedMemory]:
+        """Model-side filtering of retrieved memories (Self-RAG), run in the episode's worker
+        thread just before the episode. Default: keep everything retrieved."""
+        return candidates
 
     def digest(self, task: Task, result: EpisodeResult, *, epoch: int,
                llm: "EpisodeLLM | None") -> dict[str, Any] | None:
