@@ -141,6 +141,9 @@ def compute_metrics(records: Sequence[EpisodeRecord], allow_missing: bool = Fals
     }
 
 
+EVAL_EPISODES_FILE = "eval_episodes.jsonl"
+
+
 def load_run(run_dir: str | Path) -> list[EpisodeRecord]:
     path = Path(run_dir) / EPISODES_FILE
     if not path.is_file():
@@ -148,10 +151,23 @@ def load_run(run_dir: str | Path) -> list[EpisodeRecord]:
     return read_episodes(path)
 
 
+def transfer_metrics(records: list[EpisodeRecord]) -> dict[str, Any]:
+    """Held-out evaluation after each training epoch (frozen bank). As the paper reports
+    transfer: the best validation success rate across epochs."""
+    _, epochs, S = success_matrix(records, allow_missing=True)
+    sr = sr_curve(S)
+    best = max(range(len(sr)), key=lambda i: (sr[i], -i))
+    return {"sr": sr, "best": sr[best], "best_epoch": epochs[best], "n_tasks": int(S.shape[1]),
+            "epochs": [int(e) for e in epochs]}
+
+
 def write_metrics(run_dir: str | Path, plots: bool = True, allow_missing: bool = False) -> dict[str, Any]:
     """Compute metrics for a run, write `metrics.json` (atomically) and, optionally, plots."""
     run_dir = Path(run_dir)
     metrics = compute_metrics(load_run(run_dir), allow_missing=allow_missing)
+    eval_path = run_dir / EVAL_EPISODES_FILE
+    if eval_path.is_file() and eval_path.stat().st_size:
+        metrics["transfer"] = transfer_metrics(read_episodes(eval_path))
     write_json_atomic(run_dir / METRICS_FILE, metrics)
     if plots:
         from memrl.plots import plot_curves

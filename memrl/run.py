@@ -77,6 +77,7 @@ def execute(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 
     objs = build(v, run_dir)
     tasks = objs.env.tasks()
+    eval_tasks = objs.eval_env.tasks() if objs.eval_env is not None else None
     setup_facts = objs.memory.setup(tasks, seed=v.seed)
     if card is None:
         card = runcard.base_card(config, model=objs.llm.backend.model_id if objs.llm else None,
@@ -98,7 +99,7 @@ def execute(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
                     seed=v.seed, embed_intents=objs.embedder.embed, on_epoch_end=epoch_end)
     status = "interrupted"
     try:
-        runner.run(tasks)
+        runner.run(tasks, eval_tasks)
         status = "finished"
     finally:
         session["ended"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -108,6 +109,8 @@ def execute(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         card["llm_totals"] = runcard.totals(card["sessions"])
         write_json_atomic(card_path, card)
         objs.env.close()
+        if objs.eval_env is not None:
+            objs.eval_env.close()
         objs.memory.close()
     metrics = write_metrics(run_dir, plots=True)
     return metrics

@@ -22,9 +22,9 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
 from memrl.llm.client import LLMClient
@@ -43,6 +43,16 @@ class RunnerSettings(BaseModel):
     batch_size: int = Field(1, ge=1, description="B=1 is strictly online")
     progress: bool = True
     metrics_every_epoch: bool = True
+    # transfer protocol: after each training epoch, evaluate the frozen bank on another split
+    mode: Literal["train", "transfer"] = "train"
+    eval_split: str | None = None
+    eval_max_tasks: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _check_transfer(self) -> "RunnerSettings":
+        if self.mode == "transfer" and not self.eval_split:
+            raise ValueError("eval_split: transfer mode needs a held-out split (e.g. valid_seen)")
+        return self
 
 
 @dataclass
@@ -123,12 +133,14 @@ class Runner:
     def _episode_seed(self, epoch: int, task: Task) -> int:
         return derive_seed(self.seed, epoch, task.task_id)
 
-    def _play(self, epoch: int, batch: int, task: Task,
-              memories: list[RetrievedMemory]) -> tuple[EpisodeRecord, LearnItem]:
-        seed = self._episode_seed(epoch, task)
-        ep_llm = self.llm.episode(f"s{self.seed}/e{epoch}/{task.task_id}", seed) if self.llm else None
+    def _play(self, epoch: int, batch: int, task: Task, memories: list[RetrievedMemory],
+              learn: bool = True) -> tuple[EpisodeRecord, LearnItem]:
+        """One episode. `learn=False` (transfer evaluation): no digest, no carried tasks."""
+        phase = "e" if learn else "eval"
+        seed = self._episode_seed(epoch, task) if learn else derive_seed(self.seed, "eval", epoch, task.task_id)
+        ep_llm = self.llm.episode(f"s{self.seed}/{phase}{epoch}/{task.task_id}", seed) if self.llm else None
         t0 = time.monotonic()
-        if self.memory.skip_solved and task.task_id in self._solved:
+        if learn and self.memory.skip_solved and task.task_id in self._solved:
             return self._carried(epoch, batch, task, seed)
         try:
             memories = self.memory.select(task, memories, llm=ep_llm)
@@ -139,7 +151,7 @@ class Runner:
                                    errors=[f"env crash: {type(exc).__name__}: {exc}"])
         errored = bool(result.errors)
         try:
-            digest = self.memory.digest(task, result, epoch=epoch, llm=ep_llm)
+            digest = self.memory.digest(task, result, epoch=epoch, llm=ep_llm) if learn else None
         except Exception as exc:
             log.error("digest of %s failed: %s", task.task_id, traceback.format_exc())
             digest = None
@@ -171,44 +183,96 @@ class Runner:
                                  embedding=self._embeddings.get(task.task_id, []))
 
     # ------------------------------------------------------------------ main loop
-    def run(self, tasks: Sequence[Task]) -> Checkpoint:
+    def run(self, tasks: Sequence[Task], eval_tasks: Sequence[Task] | None = None) -> Checkpoint:
+        """Train on `tasks` for the configured epochs. With `eval_tasks` (transfer protocol),
+        after each epoch the frozen bank is evaluated on them: retrieval, no learning, records
+        in `eval_episodes.jsonl`."""
         tasks = list(tasks)
         ids = [t.task_id for t in tasks]
         if len(set(ids)) != len(ids):
             raise ValueError("task ids must be unique within a run")
         if not tasks:
             raise ValueError("the environment listed no tasks")
+        eval_tasks = list(eval_tasks or [])
         if self.embed_intents is not None:
-            vecs = self.embed_intents([t.intent for t in tasks])
-            self._embeddings = {t.task_id: [float(x) for x in v] for t, v in zip(tasks, vecs)}
+            everything = tasks + eval_tasks
+            vecs = self.embed_intents([t.intent for t in everything])
+            self._embeddings = {t.task_id: [float(x) for x in v] for t, v in zip(everything, vecs)}
         ckpt = self.recover()
+        eval_ckpt = self._recover_eval()
         self._solved = {r["task_id"] for r in iter_jsonl(self.episodes_path) if r["success"]}
         B = self.s.batch_size
         batches = [tasks[i:i + B] for i in range(0, len(tasks), B)]
+        eval_batches = [eval_tasks[i:i + B] for i in range(0, len(eval_tasks), B)]
         with ThreadPoolExecutor(max_workers=max(1, self.workers)) as pool:
             for epoch in range(1, self.s.epochs + 1):
                 todo = [b for b in range(len(batches)) if not ckpt.after(epoch, b)]
-                if not todo:
-                    continue
-                done_tasks = sum(len(batches[b]) for b in range(len(batches)) if ckpt.after(epoch, b))
-                bar = tqdm(total=len(tasks), initial=done_tasks, desc=f"epoch {epoch}/{self.s.epochs}",
-                           disable=not self.s.progress, unit="task", dynamic_ncols=True)
-                wins = 0
-                for b in todo:
-                    batch = batches[b]
-                    memories = [self.memory.retrieve(t, seed=derive_seed(self.seed, "retrieve", epoch,
-                                                                          t.task_id)) for t in batch]
-                    outs = list(pool.map(lambda tm: self._play(epoch, b, tm[0], tm[1]),
-                                         zip(batch, memories)))
-                    records = [asdict(r) for r, _ in outs]
-                    update = self.memory.plan([item for _, item in outs])
-                    self._commit(epoch, b, update, records)
-                    ckpt = Checkpoint(epoch, b)
-                    self._solved.update(r["task_id"] for r in records if r["success"])
-                    wins += sum(r["success"] for r in records)
-                    bar.update(len(batch))
-                    bar.set_postfix(solved=wins)
-                bar.close()
-                if self.on_epoch_end is not None:
-                    self.on_epoch_end(epoch)
+                if todo:
+                    ckpt = self._train_epoch(pool, epoch, batches, todo)
+                    if self.on_epoch_end is not None:
+                        self.on_epoch_end(epoch)
+                eval_todo = [b for b in range(len(eval_batches)) if not eval_ckpt.after(epoch, b)]
+                if eval_todo:
+                    eval_ckpt = self._eval_epoch(pool, epoch, eval_batches, eval_todo)
         return ckpt
+
+    def _progress(self, total: int, done: int, desc: str) -> tqdm:
+        return tqdm(total=total, initial=done, desc=desc, disable=not self.s.progress, unit="task",
+                    dynamic_ncols=True)
+
+    def _train_epoch(self, pool: ThreadPoolExecutor, epoch: int, batches: list[list[Task]],
+                     todo: list[int]) -> Checkpoint:
+        total = sum(map(len, batches))
+        done = total - sum(len(batches[b]) for b in todo)
+        bar = self._progress(total, done, f"epoch {epoch}/{self.s.epochs}")
+        wins = 0
+        for b in todo:
+            batch = batches[b]
+            memories = [self.memory.retrieve(t, seed=derive_seed(self.seed, "retrieve", epoch, t.task_id))
+                        for t in batch]
+            outs = list(pool.map(lambda tm: self._play(epoch, b, tm[0], tm[1]), zip(batch, memories)))
+            records = [asdict(r) for r, _ in outs]
+            update = self.memory.plan([item for _, item in outs])
+            self._commit(epoch, b, update, records)
+            self._solved.update(r["task_id"] for r in records if r["success"])
+            wins += sum(r["success"] for r in records)
+            bar.update(len(batch))
+            bar.set_postfix(solved=wins)
+        bar.close()
+        return Checkpoint(epoch, todo[-1])
+
+    # ------------------------------------------------------------ transfer eval
+    @property
+    def eval_path(self) -> Path:
+        return self.dir / "eval_episodes.jsonl"
+
+    @property
+    def eval_ckpt_path(self) -> Path:
+        return self.state_dir / "eval_checkpoint.json"
+
+    def _recover_eval(self) -> Checkpoint:
+        ckpt = Checkpoint(**json.loads(self.eval_ckpt_path.read_text())) \
+            if self.eval_ckpt_path.exists() else Checkpoint()
+        if self.eval_path.exists():
+            keep = [r for r in iter_jsonl(self.eval_path) if ckpt.after(int(r["epoch"]), int(r["batch"]))]
+            tmp = self.eval_path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in keep))
+            os.replace(tmp, self.eval_path)
+        return ckpt
+
+    def _eval_epoch(self, pool: ThreadPoolExecutor, epoch: int, batches: list[list[Task]],
+                    todo: list[int]) -> Checkpoint:
+        total = sum(map(len, batches))
+        bar = self._progress(total, total - sum(len(batches[b]) for b in todo), f"eval after epoch {epoch}")
+        for b in todo:
+            batch = batches[b]
+            memories = [self.memory.retrieve(t, seed=derive_seed(self.seed, "eval-retrieve", epoch, t.task_id))
+                        for t in batch]
+            outs = list(pool.map(lambda tm: self._play(epoch, b, tm[0], tm[1], learn=False),
+                                 zip(batch, memories)))
+            append_jsonl(self.eval_path, [json.dumps(asdict(r), ensure_ascii=False, sort_keys=True)
+                                          for r, _ in outs])
+            write_json_atomic(self.eval_ckpt_path, {"epoch": epoch, "batch": b})
+            bar.update(len(batch))
+        bar.close()
+        return Checkpoint(epoch, todo[-1])

@@ -201,3 +201,20 @@ def test_skip_solved_carries_success_without_model_calls(tmp_path):
     assert first_win  # something was solved and then carried
     attempted = [r for r in recs if not r.info.get("carried")]
     assert backend.calls == len(attempted)
+
+
+def test_transfer_evaluates_frozen_bank_after_each_epoch(tmp_path):
+    runner, env, memory, backend = make_runner(tmp_path, epochs=2, batch_size=2)
+    held_out = [Task(f"v{i}", f"stack the red block number {i} on the table") for i in range(3)]
+    runner.run(env.tasks(), held_out)
+    evals = read_episodes(tmp_path / "eval_episodes.jsonl")
+    assert [(r.epoch, r.task_id) for r in evals] == [(e, f"v{i}") for e in (1, 2) for i in range(3)]
+    assert all(r.llm_calls == 1 for r in evals)  # acting only: no experience written
+    assert len(memory.snapshot()) == 10  # only training episodes wrote memories
+    # epoch-1 evaluation retrieves from the bank as it stood after epoch 1 (5 memories)
+    assert all(m["id"].startswith("e001:") for r in evals if r.epoch == 1 for m in r.injected)
+    assert any(r.injected for r in evals)
+    metrics = write_metrics(tmp_path, plots=False)
+    sr = [sum(r.success for r in evals if r.epoch == e) / 3 for e in (1, 2)]
+    assert metrics["transfer"]["sr"] == pytest.approx(sr)
+    assert metrics["transfer"]["best"] == pytest.approx(max(sr))
