@@ -82,3 +82,12 @@ def test_cli_unknown_group_option_is_a_clear_error(tmp_path):
                          timeout=120)
     assert out.returncode != 0
     assert "memory/nonexistent" in out.stderr or "nonexistent" in out.stderr
+
+
+@needs_data
+def test_memrl_variant_configs():
+    v = validate(cfg("memory=memrl_no_norm_simgate"))
+    assert (v.memory.normalize, v.memory.sim_gate, v.memory.name) == (False, False, "memrl_no_norm_simgate")
+    assert v.memory.alpha == 0.3  # inherits the paper defaults
+    v = validate(cfg("memory=memrl_rag"))
+    assert v.memory.write_mode == "raw" and v.memory.name == "memrl_rag"

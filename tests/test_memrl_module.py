@@ -86,3 +86,16 @@ def test_near_duplicate_intents_share_one_key(tmp_path):
     mem.learn([item(T2, False, epoch=2)])
     snap = {e["id"]: e for e in mem.snapshot()}
     assert snap["e002:b/2"]["intent"] == T1.intent  # stored under the existing key
+
+
+def test_raw_write_mode_makes_no_model_call(tmp_path):
+    mem = make(tmp_path, write_mode="raw")
+    assert mem.needs_llm is False
+
+    class NoCalls:
+        def complete(self, *a, **k):
+            raise AssertionError("raw mode must not call the model")
+
+    res = EpisodeResult(success=False, reward=0.0, steps=1, transcript=[Step("open drawer 1", "Nothing happens.")])
+    digest = mem.digest(T1, res, epoch=1, llm=NoCalls())
+    assert "> open drawer 1\nNothing happens." in digest["experience"]

@@ -57,6 +57,9 @@ class MemRLSettings(BaseModel):
     reward_success: float = 1.0
     reward_failure: float = -1.0
     write_memories: bool = True
+    # llm: a model-written plan (success) or reflection (failure) plus the trajectory (paper);
+    # raw: the trajectory as it is, no model call (RAG-style memories; the `memrl_rag` variant)
+    write_mode: Literal["llm", "raw"] = "llm"
     learn_from_errors: bool = False  # an episode whose model call failed teaches nothing
     # --- official-code switches (defaults = paper) -----------------------------------------
     q_init_by_outcome: bool = False  # HLE official code: Q_init = 1 on success, 0 on failure
@@ -90,7 +93,7 @@ class MemRLMemory(MemoryModule):
 
     def __init__(self, settings: MemRLSettings, *, bank_dir: str | Path, embedder: "Embedder"):
         self.s = settings
-        self.needs_llm = settings.write_memories
+        self.needs_llm = settings.write_memories and settings.write_mode == "llm"
         self.embedder = embedder
         b = settings.bank
         self.bank = ChromaBank(bank_dir, collection=b.collection, host=b.host, port=b.port,
@@ -142,7 +145,7 @@ class MemRLMemory(MemoryModule):
                llm: "EpisodeLLM | None") -> dict[str, Any] | None:
         if not self.s.write_memories:
             return None
-        return self.writer.write(task.intent, result, llm)
+        return self.writer.write(task.intent, result, llm if self.s.write_mode == "llm" else None)
 
     def reward(self, success: bool) -> float:
         return self.s.reward_success if success else self.s.reward_failure
