@@ -46,8 +46,13 @@ demo: setup
 	$(PY) -m memrl.run experiment=demo hydra.run.dir=runs/demo && \
 	echo "demo wall time: $$(( $$(date +%s) - start )) s"
 
+# MemRL and every baseline with the paper's ALFWorld settings (gpt-5-mini; OPENAI_API_KEY),
+# one Hydra multirun (re-running it resumes every unfinished run), then the report.
+ALFWORLD_METHODS ?= memrl,none,pass_at_k,rag,self_rag,memp,reflection,mem0
+ALFWORLD_SWEEP ?= multirun/alfworld_paper
 reproduce-alfworld: setup
-	$(PY) -m memrl.run experiment=alfworld_paper
+	$(PY) -m memrl.run -m experiment=alfworld_paper memory=$(ALFWORLD_METHODS) hydra.sweep.dir=$(ALFWORLD_SWEEP)
+	$(PY) scripts/report.py $(ALFWORLD_SWEEP) --out results/alfworld_paper
 
 data-alfworld: setup
 	$(VENV)/bin/alfworld-download --data-dir "$(ALFWORLD_DATA)"
