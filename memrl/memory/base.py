@@ -25,7 +25,7 @@ from memrl.records import EpisodeResult, RetrievedMemory, Task
 from .entry import BankUpdate
 
 if TYPE_CHECKING:
-    from memrl.llm.client import EpisodeLLM
+    from memrl.llm.client import EpisodeLLM, LLMClient
 
 
 @dataclass
@@ -49,6 +49,11 @@ class MemoryModule(ABC):
     def build(cls, settings: Any, *, run_dir: Path, embedder: Any) -> "MemoryModule":
         """Construct from validated settings; modules with a bank keep it under run_dir."""
         return cls(settings)
+
+    def attach_llm(self, llm: "LLMClient | None") -> None:
+        """The run's LLM client, for a module whose `apply` itself calls the model (Mem0:
+        mem0's extraction runs when a batch is committed). Default: not needed."""
+        return None
 
     def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
         """Called once per run with the run's tasks; returns facts for the run card."""
