@@ -1,0 +1,110 @@
+"""Single-task reflection (Reflexion-style, DESIGN §6): each task sees only its own previous
+attempt, never another task's.
+
+- Memory: one entry per task, id `last:<task_id>`, replaced after every attempt (an upsert
+  in the batch's `BankUpdate`, so a replayed journal writes the same entry again).
+- After a failure the model writes a reflection on it (the project's experience writer:
+  what went wrong, what to do differently) stored together with the failed attempt. After
+  a success no model call is made: the successful attempt itself is kept.
+- Retrieve: the task's own entry if there is one (none in epoch 1); no similarity search.
+  The injected memory reports similarity 1 (it is the same task).
+- An episode whose model call failed (`errored`) leaves the previous memory in place and
+  writes no reflection, unless `learn_from_errors`.
+- Q is never learned (stays 0); `visits` stays 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from memrl.memory.base import LearnItem, MemoryModule
+from memrl.memory.bank import ChromaBank
+from memrl.memory.entry import BankUpdate, MemoryEntry
+from memrl.memory.memrl import BankSettings, WriterSettings
+from memrl.memory.writer import ExperienceWriter, format_trajectory
+from memrl.records import EpisodeResult, RetrievedMemory, Task
+
+if TYPE_CHECKING:
+    from memrl.embed import Embedder
+    from memrl.llm.client import EpisodeLLM
+
+
+class ReflectionSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "reflection"
+    writer: WriterSettings = WriterSettings()  # include_trajectory: keep the failed attempt
+    learn_from_errors: bool = False
+    bank: BankSettings = BankSettings()
+
+
+def memory_id(task_id: str) -> str:
+    return f"last:{task_id}"
+
+
+def success_memory(intent: str, result: EpisodeResult, max_chars: int) -> str:
+    traj = format_trajectory(result, max_chars)
+    return f"Task: {intent}\nOutcome: solved\nSuccessful attempt:\n{traj or '(no actions)'}"
+
+
+class ReflectionMemory(MemoryModule):
+    name = "reflection"
+    needs_llm = True  # the reflection on a failure is written by the model
+    Settings = ReflectionSettings
+
+    @classmethod
+    def build(cls, settings: ReflectionSettings, *, run_dir: Path, embedder: Any) -> "ReflectionMemory":
+        return cls(settings, bank_dir=Path(run_dir) / "bank", embedder=embedder)
+
+    def __init__(self, settings: ReflectionSettings, *, bank_dir: str | Path, embedder: "Embedder"):
+        self.s = settings
+        self.embedder = embedder
+        b = settings.bank
+        self.bank = ChromaBank(bank_dir, collection=b.collection, host=b.host, port=b.port,
+                               ef_search=b.ef_search, ef_construction=b.ef_construction)
+        self.writer = ExperienceWriter(**settings.writer.model_dump())
+        self._next_order = max((e.order for e in self.bank.iter_entries()), default=-1) + 1
+
+    def retrieve(self, task: Task, *, seed: int = 0) -> list[RetrievedMemory]:
+        own = self.bank.get([memory_id(task.task_id)]).get(memory_id(task.task_id))
+        if own is None or own.task_id != task.task_id:
+            return []
+        return [RetrievedMemory(memory_id=own.memory_id, intent=own.intent, experience=own.experience,
+                                q=own.q, similarity=1.0, score=1.0, success=own.success)]
+
+    def digest(self, task: Task, result: EpisodeResult, *, epoch: int,
+               llm: "EpisodeLLM | None") -> dict[str, Any] | None:
+        if result.errors and not self.s.learn_from_errors:
+            return None  # plan() keeps the previous memory; no reflection is paid for
+        if result.success:
+            return {"experience": success_memory(task.intent, result, self.s.writer.max_trajectory_chars),
+                    "kind": "attempt", "error": None}
+        return self.writer.write(task.intent, result, llm)  # reflection + the failed attempt
+
+    def plan(self, items: list[LearnItem]) -> BankUpdate:
+        update = BankUpdate()
+        order = self._next_order
+        for it in items:
+            if (it.errored and not self.s.learn_from_errors) or it.digest is None:
+                continue
+            key = list(map(float, it.embedding)) if it.embedding else \
+                self.embedder.embed([it.task.intent])[0].tolist()
+            update.add.append(MemoryEntry(
+                memory_id=memory_id(it.task.task_id), intent=it.task.intent,
+                experience=it.digest["experience"], embedding=key, q=0.0, visits=0,
+                success=bool(it.result.success), epoch=it.epoch, task_id=it.task.task_id,
+                kind=it.digest.get("kind", ""), injected_ids=[m.memory_id for m in it.injected],
+                order=order))
+            order += 1
+        return update
+
+    def apply(self, update: BankUpdate) -> None:
+        self.bank.apply(update)  # an added id that exists is replaced (upsert)
+        if update.add:
+            self._next_order = max(self._next_order, max(e.order for e in update.add) + 1)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return self.bank.snapshot()
