@@ -163,14 +163,18 @@ def parse_keywords(reply: str, max_keywords: int) -> list[str]:
 
 def parse_procedure(reply: str, max_lines: int) -> str:
     """A numbered procedure from a reply that continues after '1.': the first line is step 1;
-    later lines are kept while they look like numbered steps."""
+    later lines are kept while they look like numbered steps that do not repeat an earlier
+    one (small base models tend to loop)."""
     lines = [ln.strip() for ln in reply.strip().splitlines() if ln.strip()]
     if not lines:
         return ""
     steps = ["1. " + re.sub(r"^(1\s*[.)])?[\s.]*", "", lines[0])]
+    seen = {_STEP.sub("", steps[0]).strip(" .").lower()}
     for ln in lines[1:]:
-        if not _STEP.match(ln) or len(steps) >= max_lines:
-            break
+        body = _STEP.sub("", ln).strip(" .").lower()
+        if not _STEP.match(ln) or len(steps) >= max_lines or body in seen:
+            break  # not a step, enough steps, or a model starting to loop
+        seen.add(body)
         steps.append(ln)
     return "\n".join(steps)
 

@@ -125,7 +125,7 @@ class ChromaBank:
                     setattr(entry, key, value)
                 ids.append(mid)
                 metas.append(entry.metadata())
-            if False:
+            if ids and texts:
                 self.col.update(ids=ids, metadatas=metas,
                                 documents=[current[m].experience for m in ids],
                                 embeddings=[list(map(float, current[m].embedding)) for m in ids])
