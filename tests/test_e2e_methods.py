@@ -1,5 +1,5 @@
 """Every memory method end to end through the command line on real ALFWorld games with the
-embedded model (a small sample: 2 games, 2 epochs, 3 steps)."""
+embedded model (a small sample: 2 games, 2 epochs, 2 steps)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_method_end_to_end(tmp_path, method):
     env = dict(os.environ, ALFWORLD_DATA=str(ALFWORLD), MEMRL_CACHE_DIR=str(tmp_path / "cache"),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
     run_dir = tmp_path / "run"
-    args = [f"memory={method}", "env.split=valid_seen", "env.max_tasks=2", "env.max_steps=3",
+    args = [f"memory={method}", "env.split=valid_seen", "env.max_tasks=2", "env.max_steps=2",
             "runner.epochs=2", "llm=local", "runner.progress=false", f"hydra.run.dir={run_dir}"]
     if method == "pass_at_k":
         args.append("llm.temperature=0.7")  # independent attempts need sampling
