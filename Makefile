@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 # torch first, CPU build: on a machine without a local wheel use e.g.
 #   make setup TORCH_INSTALL="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH_INSTALL ?= torch==2.13.0
-EXTRAS ?= local,alfworld,dev
+EXTRAS ?= local,alfworld,sweep,wandb,mem0,dev
 # ALFWorld data: $ALFWORLD_DATA if set; else the repo's sibling shared data (dev/CI); else
 # ALFWorld's own default download location.
 SHARED_DATA := $(abspath ../shared/data)

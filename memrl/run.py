@@ -30,7 +30,7 @@ RESUME_EXEMPT = {("runner", "progress"), ("runner", "epochs"), ("runner", "metri
 
 
 def comparable(config: dict[str, Any]) -> dict[str, Any]:
-    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items() if k != "logger"}
     for section, key in RESUME_EXEMPT:
         if isinstance(out.get(section), dict):
             out[section].pop(key, None)
@@ -91,9 +91,15 @@ def execute(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     card["sessions"].append(session)
     write_json_atomic(card_path, card)
 
+    from memrl.logging_wandb import make_epoch_logger
+    from memrl.metrics import compute_metrics, load_run
+
+    logger = make_epoch_logger(cfg.get("logger"), run_dir=run_dir, config=config)
+
     def epoch_end(epoch: int) -> None:
-        if v.runner.metrics_every_epoch:
-            write_metrics(run_dir, plots=False)
+        metrics = write_metrics(run_dir, plots=False) if v.runner.metrics_every_epoch else None
+        if logger.active:
+            logger.log_epoch(metrics or compute_metrics(load_run(run_dir)), epoch)
 
     runner = Runner(run_dir, env=objs.env, memory=objs.memory, llm=objs.llm, settings=v.runner,
                     seed=v.seed, embed_intents=objs.embedder.embed, on_epoch_end=epoch_end)
@@ -108,6 +114,7 @@ def execute(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         card["status"] = status
         card["llm_totals"] = runcard.totals(card["sessions"])
         write_json_atomic(card_path, card)
+        logger.finish(status)
         objs.env.close()
         if objs.eval_env is not None:
             objs.eval_env.close()
