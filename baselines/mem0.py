@@ -36,13 +36,22 @@ the bank in this version, so it runs when the batch is applied:
   that episode stored but its messages out of the "last messages" of later prompts; a crash
   after an add that stored nothing (the model extracted nothing) and before the ledger line
   repeats that add once with a slightly different prompt.
-- Robustness: an answer that is not mem0's JSON (likely with a small base model), or a model
-  call that fails, does not stop the run: the episode is stored as raw text with
-  `infer=False`, and the ledger records it (`fallbacks`).
+- Robustness: an answer that is not mem0's JSON as a whole but starts with a complete JSON
+  object (a base model that keeps writing after it) is cut to that object
+  (`repair_json`, recorded as `repaired` in the ledger). An answer with no usable object, or
+  a model call that fails, does not stop the run: the episode is stored as raw text with
+  `infer=False`, and the ledger records it (`mode: raw-fallback`, counted by `fallbacks`).
 - Determinism: the prompt's "Observation/Current Date" is pinned to `fixed_date` so the
   request (and its cache key) does not change with the calendar; memories get a synthetic
   `created_at` from the episode order; mem0's random uuids never leave this module (memory
   ids shown to the runner are `<episode key>#<text hash>`).
+
+- Accounting: mem0's model calls use the run's LLM settings (temperature, top_p; mem0's own
+  defaults are not applied) except `llm_max_tokens`. Being made at commit time, they are not
+  in any episode's record: they are in the run card's model totals and in the ledger
+  (calls and tokens per episode).
+- This is the one module whose `apply` calls the model, so it keeps the run's client
+  (`attach_llm`, called by `memrl.build`).
 
 Retrieval: `Memory.search(query=intent, top_k=k)` within the agent's scope; everything
 returned is injected. `similarity` is the cosine (mem0's Chroma score is 1/(1 + squared L2)
@@ -61,6 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from memrl.llm.cache import default_cache_dir
 from memrl.memory.base import LearnItem, MemoryModule
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.writer import format_trajectory
@@ -83,8 +93,6 @@ _LIST_LIMIT = 1_000_000
 # mem0 reads MEM0_TELEMETRY (and MEM0_DIR, where it writes a config.json) when imported.
 os.environ["MEM0_TELEMETRY"] = "False"
 if not os.environ.get("MEM0_DIR"):
-    from memrl.llm.cache import default_cache_dir
-
     os.environ["MEM0_DIR"] = str(default_cache_dir() / "mem0")
 
 try:
@@ -137,11 +145,12 @@ disable_telemetry()
 class _Binding:
     """What mem0's model calls go through: the `EpisodeLLM` of the add in progress."""
 
-    def __init__(self, max_tokens: int, fixed_date: str | None) -> None:
+    def __init__(self, max_tokens: int, fixed_date: str | None, repair_json: bool) -> None:
         self.max_tokens = max_tokens
         self.fixed_date = fixed_date
+        self.repair_json = repair_json
         self.current: "EpisodeLLM | None" = None
-        self.parse_failures = 0
+        self.repaired = False  # the answer of the add in progress needed `first_extraction`
 
 
 class UnparsableOutput(ValueError):
@@ -167,6 +176,27 @@ def parse_extraction(text: str) -> list[dict[str, Any]]:
     if not all(isinstance(m, dict) and isinstance(m.get("text", ""), str) for m in items):
         raise UnparsableOutput("'memory' items must be objects with a 'text' string")
     return items
+
+
+def first_extraction(text: str) -> str | None:
+    """The first complete JSON object in `text` that mem0 could read as an extraction, or
+    None. Small base models often write the object and then keep going; this recovers it."""
+    decoder = json.JSONDecoder(strict=False)
+    start = text.find("{")
+    while start != -1:
+        try:
+            obj, _ = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict) and "memory" in obj:
+            candidate = json.dumps(obj, ensure_ascii=False)
+            try:
+                parse_extraction(candidate)
+                return candidate
+            except UnparsableOutput:
+                pass
+        start = text.find("{", start + 1)
+    return None
 
 
 _DATE_LINE = re.compile(r"(## (?:Observation|Current) Date\n)\d{4}-\d{2}-\d{2}")
@@ -204,8 +234,11 @@ class ProjectLLM(LLMBase):
             try:
                 parse_extraction(text)
             except UnparsableOutput:
-                binding.parse_failures += 1
-                raise  # mem0 re-raises it as its LLMError before it touches the store
+                fixed = first_extraction(text) if binding.repair_json else None
+                if fixed is None:
+                    raise  # mem0 re-raises it as its LLMError before it touches the store
+                binding.repaired = True
+                return fixed
         return text
 
 
@@ -240,7 +273,10 @@ class Mem0Settings(BaseModel):
     agent_id: str = Field("memrl-agent", min_length=1, description="mem0's memory scope")
     collection: str = "mem0"
     max_trajectory_chars: int | None = Field(3000, ge=0, description="null = whole trajectory")
-    llm_max_tokens: int = Field(512, ge=1, description="max tokens of mem0's extraction answer")
+    llm_max_tokens: int = Field(2000, ge=1, description="max tokens of mem0's extraction answer "
+                                "(mem0's default 2000)")
+    repair_json: bool = Field(True, description="use the first complete JSON object of an answer "
+                              "that mem0 cannot read as a whole")
     fixed_date: str | None = Field("2025-01-01", description="pins the prompt's dates; null = today")
     custom_instructions: str | None = None
     learn_from_errors: bool = False  # an episode whose model call failed is not stored
@@ -288,7 +324,7 @@ class Mem0Memory(MemoryModule):
         self.dir.mkdir(parents=True, exist_ok=True)
         self.seed = 0
         self._client: "LLMClient | None" = None
-        self._binding = _Binding(settings.llm_max_tokens, settings.fixed_date)
+        self._binding = _Binding(settings.llm_max_tokens, settings.fixed_date, settings.repair_json)
         disable_telemetry()
         configure_spacy(settings.spacy)
         config = MemoryConfig(
@@ -400,11 +436,12 @@ class Mem0Memory(MemoryModule):
         if self._client is None:
             raise RuntimeError("Mem0Memory.apply needs the run's LLM client (attach_llm) when infer is on")
         ep = self._client.episode(f"s{self.seed}/mem0/{key}", derive_seed(self.seed, "mem0", key))
-        self._binding.current = ep
+        self._binding.current, self._binding.repaired = ep, False
         try:
             out = self.mem.add(messages, agent_id=self.s.agent_id, metadata=meta, infer=True)
             stored = len(out.get("results", []))
-            record.update(mode="infer" if stored else "infer-empty", stored=stored)
+            record.update(mode="infer" if stored else "infer-empty", stored=stored,
+                          repaired=self._binding.repaired)
         except Mem0LLMError as exc:
             cause = exc.__cause__
             reason = (f"unparsable model output ({cause})" if isinstance(cause, UnparsableOutput)
