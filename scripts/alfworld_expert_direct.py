@@ -6,9 +6,11 @@ project, only ``AlfredTWEnv`` + ``init_env`` and a reset/step loop, and prints
 ``{"n_games", "wins", "success_rate"}`` as JSON (``--per-game`` adds each game's outcome).
 
 The handcoded expert draws from Python's global ``random``; each game seeds it after
-reset with ``crc32("<seed>:<task id>")`` (task id = trial folder relative to the split
-folder), so a run is reproducible and comparable game by game with another driver that
-seeds the same way.
+reset with the seed the project's runner gives that game's episode in epoch 1
+(``memrl.seeding.derive_seed(seed, 1, task_id)``, task id = trial folder relative to the
+split folder; the only project code used here), so this run and
+``python -m memrl.run agent=expert memory=none runner.epochs=1 seed=<seed> ...`` must agree
+game by game. ``--per-game`` lists the outcomes to compare.
 
     ALFWORLD_DATA=../shared/data/alfworld python scripts/alfworld_expert_direct.py --split valid_seen
 """
@@ -22,7 +24,8 @@ import os
 import random
 import sys
 import time
-import zlib
+
+from memrl.seeding import derive_seed
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -84,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         task_id = os.path.relpath(os.path.dirname(game_file), split_dir).replace(os.sep, "/")
         if task_id in outcomes:
             sys.exit(f"game played twice: {task_id}")
-        random.seed(zlib.crc32(f"{args.seed}:{task_id}".encode()))
+        random.seed(derive_seed(args.seed, 1, task_id))
         done, won, n = False, False, 0
         while not done:
             action = infos["extra.expert_plan"][0][0]
