@@ -34,6 +34,8 @@ def test_method_end_to_end(tmp_path, method):
             "runner.epochs=2", "llm=local", "runner.progress=false", f"hydra.run.dir={run_dir}"]
     if method == "pass_at_k":
         args.append("llm.temperature=0.7")  # independent attempts need sampling
+    if method == "mem0":  # mem0's own prompt is ~8.5k tokens: keep its replies short here
+        args += ["llm.n_ctx=4096", "memory.llm_max_tokens=64"]
     out = subprocess.run([sys.executable, "-m", "memrl.run", *args], env=env, capture_output=True,
                          text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
