@@ -3,7 +3,6 @@ embedded model (a small sample: 2 games, 2 epochs, 2 steps)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,8 +13,10 @@ import pytest
 
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
 
-METHODS = ["memrl", "memrl_rag", "memrl_no_norm_simgate", "none", "pass_at_k", "rag", "reflection",
-           "self_rag", "memp", "mem0"]
+# memrl itself runs end to end in test_e2e_alfworld.py and mem0 in test_mem0.py (slow tests
+# there check more than this one does), so they are not repeated here.
+METHODS = ["memrl_rag", "memrl_no_norm_simgate", "none", "pass_at_k", "rag", "reflection",
+           "self_rag", "memp"]
 
 pytestmark = [
     pytest.mark.slow,
@@ -25,8 +26,6 @@ pytestmark = [
 
 @pytest.mark.parametrize("method", METHODS)
 def test_method_end_to_end(tmp_path, method):
-    if method == "mem0" and importlib.util.find_spec("mem0") is None:
-        pytest.skip("mem0ai is not installed (extra `mem0`)")
     env = dict(os.environ, ALFWORLD_DATA=str(ALFWORLD), MEMRL_CACHE_DIR=str(tmp_path / "cache"),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
     run_dir = tmp_path / "run"
@@ -34,8 +33,6 @@ def test_method_end_to_end(tmp_path, method):
             "runner.epochs=2", "llm=local", "runner.progress=false", f"hydra.run.dir={run_dir}"]
     if method == "pass_at_k":
         args.append("llm.temperature=0.7")  # independent attempts need sampling
-    if method == "mem0":  # mem0's own prompt is ~8.5k tokens: keep its replies short here
-        args += ["llm.n_ctx=4096", "memory.llm_max_tokens=64"]
     out = subprocess.run([sys.executable, "-m", "memrl.run", *args], env=env, capture_output=True,
                          text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
