@@ -57,10 +57,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from memrl.llm.base import LLMError
-from memrl.memory.bank import ChromaBank
 from memrl.memory.base import LearnItem, MemoryModule
 from memrl.memory.entry import BankUpdate, MemoryEntry
-from memrl.memory.memrl import BankSettings
+from memrl.memory.bank import BankSettings
 from memrl.memory.writer import format_trajectory
 from memrl.records import EpisodeResult, RetrievedMemory, Task
 
@@ -205,12 +204,9 @@ class MemPMemory(MemoryModule):
     def __init__(self, settings: MemPSettings, *, bank_dir: str | Path, embedder: "Embedder"):
         self.s = settings
         self.embedder = embedder
-        b = settings.bank
-        self.bank = ChromaBank(bank_dir, collection=b.collection, host=b.host, port=b.port,
-                               ef_search=b.ef_search, ef_construction=b.ef_construction)
+        self.bank = settings.bank.open(bank_dir)
         self.needs_llm = (settings.build != "trajectory" or settings.retrieve == "keyword_average"
                           or settings.update == "adjustment")
-        self._next_order = max((e.order for e in self.bank.iter_entries()), default=-1) + 1
         # What `select` handed each running episode (its memories, key words, key-word error),
         # for `digest` in the same worker thread. Task ids are unique within a run.
         self._episodes: dict[str, tuple[list[RetrievedMemory], list[str] | None, str | None]] = {}
@@ -360,7 +356,7 @@ class MemPMemory(MemoryModule):
         wins = {mid: int(e.extra.get("successes", 0)) for mid, e in current.items()}
         touched: set[str] = set()
         revised: dict[str, str] = {}
-        order = self._next_order
+        order = self.bank.next_order
         for it in items:
             if it.errored and not self.s.learn_from_errors:
                 continue
@@ -416,8 +412,6 @@ class MemPMemory(MemoryModule):
 
     def apply(self, update: BankUpdate) -> None:
         self.bank.apply(update)
-        if update.add:
-            self._next_order = max(self._next_order, max(e.order for e in update.add) + 1)
 
     def snapshot(self) -> list[dict[str, Any]]:
         """The bank, with each memory's hits, successes and revision count."""

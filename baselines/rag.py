@@ -24,9 +24,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from memrl.memory.base import LearnItem, MemoryModule
-from memrl.memory.bank import ChromaBank
 from memrl.memory.entry import BankUpdate, MemoryEntry
-from memrl.memory.memrl import BankSettings
+from memrl.memory.bank import BankSettings
 from memrl.memory.writer import format_trajectory
 from memrl.records import EpisodeResult, RetrievedMemory, Task
 
@@ -63,10 +62,7 @@ class SimilarityMemory(MemoryModule):
     def __init__(self, settings: Any, *, bank_dir: str | Path, embedder: "Embedder"):
         self.s = settings
         self.embedder = embedder
-        b = settings.bank
-        self.bank = ChromaBank(bank_dir, collection=b.collection, host=b.host, port=b.port,
-                               ef_search=b.ef_search, ef_construction=b.ef_construction)
-        self._next_order = max((e.order for e in self.bank.iter_entries()), default=-1) + 1
+        self.bank = settings.bank.open(bank_dir)
 
     @classmethod
     def build(cls, settings: Any, *, run_dir: Path, embedder: Any) -> "SimilarityMemory":
@@ -101,7 +97,7 @@ class SimilarityMemory(MemoryModule):
                     if m.memory_id in visits:  # absent: removed since retrieval
                         visits[m.memory_id] += 1
                         update.set_fields[m.memory_id] = {"visits": visits[m.memory_id]}
-        order = self._next_order
+        order = self.bank.next_order
         for it in items:
             if it.errored and not self.s.learn_from_errors:
                 continue
@@ -120,8 +116,6 @@ class SimilarityMemory(MemoryModule):
 
     def apply(self, update: BankUpdate) -> None:
         self.bank.apply(update)
-        if update.add:
-            self._next_order = max(self._next_order, max(e.order for e in update.add) + 1)
 
     def snapshot(self) -> list[dict[str, Any]]:
         return self.bank.snapshot()

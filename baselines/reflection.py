@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from memrl.memory.base import LearnItem, MemoryModule
-from memrl.memory.bank import ChromaBank
 from memrl.memory.entry import BankUpdate, MemoryEntry
-from memrl.memory.memrl import BankSettings, WriterSettings
+from memrl.memory.bank import BankSettings
+from memrl.memory.memrl import WriterSettings
 from memrl.memory.writer import ExperienceWriter, format_trajectory
 from memrl.records import EpisodeResult, RetrievedMemory, Task
 
@@ -62,11 +62,8 @@ class ReflectionMemory(MemoryModule):
     def __init__(self, settings: ReflectionSettings, *, bank_dir: str | Path, embedder: "Embedder"):
         self.s = settings
         self.embedder = embedder
-        b = settings.bank
-        self.bank = ChromaBank(bank_dir, collection=b.collection, host=b.host, port=b.port,
-                               ef_search=b.ef_search, ef_construction=b.ef_construction)
+        self.bank = settings.bank.open(bank_dir)
         self.writer = ExperienceWriter(**settings.writer.model_dump())
-        self._next_order = max((e.order for e in self.bank.iter_entries()), default=-1) + 1
 
     def retrieve(self, task: Task, *, seed: int = 0) -> list[RetrievedMemory]:
         own = self.bank.get([memory_id(task.task_id)]).get(memory_id(task.task_id))
@@ -86,7 +83,7 @@ class ReflectionMemory(MemoryModule):
 
     def plan(self, items: list[LearnItem]) -> BankUpdate:
         update = BankUpdate()
-        order = self._next_order
+        order = self.bank.next_order
         for it in items:
             if (it.errored and not self.s.learn_from_errors) or it.digest is None:
                 continue
@@ -103,8 +100,6 @@ class ReflectionMemory(MemoryModule):
 
     def apply(self, update: BankUpdate) -> None:
         self.bank.apply(update)  # an added id that exists is replaced (upsert)
-        if update.add:
-            self._next_order = max(self._next_order, max(e.order for e in update.add) + 1)
 
     def snapshot(self) -> list[dict[str, Any]]:
         return self.bank.snapshot()

@@ -34,7 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memrl.llm.base import LLMError
 from memrl.memory.base import LearnItem
-from memrl.memory.memrl import BankSettings, WriterSettings
+from memrl.memory.bank import BankSettings
+from memrl.memory.memrl import WriterSettings
 from memrl.memory.writer import ExperienceWriter
 from memrl.records import EpisodeResult, RetrievedMemory, Task
 

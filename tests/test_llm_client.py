@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from memrl.llm.base import LLMError, LLMRequest, LLMResponse
+from memrl.llm.base import LLMError, LLMRequest
 from memrl.llm.cache import ResponseCache
 from memrl.llm.client import LLMClient, is_transient, retry_after_seconds
 from memrl.llm.factory import build_client

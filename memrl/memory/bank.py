@@ -12,11 +12,27 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from .entry import BankUpdate, MemoryEntry
 
 _GET_PAGE = 2000
 _ADD_BATCH = 5000  # Chroma's maximum batch is 5,461
+
+
+class BankSettings(BaseModel):
+    """The `bank` block of a memory module's config."""
+
+    model_config = ConfigDict(extra="forbid")
+    collection: str = "memories"
+    host: str | None = None  # a Chroma server; None = embedded PersistentClient in the run dir
+    port: int = 8000
+    ef_search: int = Field(256, ge=1)
+    ef_construction: int = Field(256, ge=1)
+
+    def open(self, path: str | Path) -> "ChromaBank":
+        return ChromaBank(path, collection=self.collection, host=self.host, port=self.port,
+                          ef_search=self.ef_search, ef_construction=self.ef_construction)
 
 
 class ChromaBank:
@@ -42,6 +58,8 @@ class ChromaBank:
                                     "max_neighbors": max_neighbors}},
             embedding_function=None,
         )
+        # insertion order of the next new entry (entries carry it for deterministic listing)
+        self.next_order = max((e.order for e in self.iter_entries()), default=-1) + 1
 
     # ------------------------------------------------------------------ reads
     def count(self) -> int:
@@ -103,6 +121,8 @@ class ChromaBank:
     # ----------------------------------------------------------------- writes
     def apply(self, update: BankUpdate) -> None:
         """Apply a planned update. Idempotent: every value written is absolute."""
+        if update.add:
+            self.next_order = max(self.next_order, max(e.order for e in update.add) + 1)
         if update.delete:
             self.col.delete(ids=list(update.delete))
         for start in range(0, len(update.add), _ADD_BATCH):

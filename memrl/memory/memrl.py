@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from memrl.records import EpisodeResult, RetrievedMemory, Task
 
-from .bank import ChromaBank
+from .bank import BankSettings
 from .base import LearnItem, MemoryModule
 from .entry import BankUpdate, MemoryEntry
 from .retrieval import PhaseBOptions, phase_a, phase_b, similarity_quantile, update_q
@@ -32,15 +32,6 @@ class WriterSettings(BaseModel):
     max_trajectory_chars: int = Field(3000, ge=0)
     max_tokens: int = Field(160, ge=1)
     include_trajectory: bool = True
-
-
-class BankSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    collection: str = "memories"
-    host: str | None = None  # a Chroma server; None = embedded PersistentClient in the run dir
-    port: int = 8000
-    ef_search: int = Field(256, ge=1)
-    ef_construction: int = Field(256, ge=1)
 
 
 class MemRLSettings(BaseModel):
@@ -95,12 +86,9 @@ class MemRLMemory(MemoryModule):
         self.s = settings
         self.needs_llm = settings.write_memories and settings.write_mode == "llm"
         self.embedder = embedder
-        b = settings.bank
-        self.bank = ChromaBank(bank_dir, collection=b.collection, host=b.host, port=b.port,
-                               ef_search=b.ef_search, ef_construction=b.ef_construction)
+        self.bank = settings.bank.open(bank_dir)
         self.writer = ExperienceWriter(**settings.writer.model_dump())
         self.delta: float = settings.delta if isinstance(settings.delta, float) else float("nan")
-        self._next_order = max((e.order for e in self.bank.iter_entries()), default=-1) + 1
         self._phase_b = PhaseBOptions(
             lam=settings.lam, k2=settings.k2, normalize=settings.normalize,
             sim_mean=settings.sim_stats[0] if settings.sim_stats else None,
@@ -156,7 +144,7 @@ class MemRLMemory(MemoryModule):
         current = self.bank.get(used)
         q = {mid: e.q for mid, e in current.items()}
         visits = {mid: e.visits for mid, e in current.items()}
-        order = self._next_order
+        order = self.bank.next_order
         for it in items:
             if it.errored and not self.s.learn_from_errors:
                 continue
@@ -192,8 +180,6 @@ class MemRLMemory(MemoryModule):
 
     def apply(self, update: BankUpdate) -> None:
         self.bank.apply(update)
-        if update.add:
-            self._next_order = max(self._next_order, max(e.order for e in update.add) + 1)
 
     def snapshot(self) -> list[dict[str, Any]]:
         return self.bank.snapshot()
