@@ -8,7 +8,7 @@ expert's winning actions where a test needs a win.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import pytest
