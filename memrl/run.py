@@ -7,6 +7,7 @@ re-writes the metrics.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -41,7 +42,6 @@ def check_resume(card_path: Path, config: dict[str, Any]) -> dict[str, Any] | No
     """The existing run card, or None for a new run; refuses a config that differs."""
     if not card_path.exists():
         return None
-    import json
     card = json.loads(card_path.read_text())
     old, new = comparable(card.get("config", {})), comparable(config)
     if old != new:

@@ -91,3 +91,18 @@ def test_memrl_variant_configs():
     assert v.memory.alpha == 0.3  # inherits the paper defaults
     v = validate(cfg("memory=memrl_rag"))
     assert v.memory.write_mode == "raw" and v.memory.name == "memrl_rag"
+
+
+def test_resume_refuses_a_different_config_but_allows_exempt_keys(tmp_path):
+    import json
+
+    from memrl.run import check_resume
+
+    config = {"memory": {"lam": 0.5, "alpha": 0.3}, "runner": {"epochs": 2, "progress": True}, "seed": 0}
+    card = tmp_path / "run_card.json"
+    assert check_resume(card, config) is None  # a new run
+    card.write_text(json.dumps({"config": config}))
+    more_epochs = {**config, "runner": {"epochs": 5, "progress": False}}
+    assert check_resume(card, more_epochs)["config"] == config  # extending a run is allowed
+    with pytest.raises(ConfigError, match=r"memory\.lam: 0\.5 -> 1\.0"):
+        check_resume(card, {**config, "memory": {"lam": 1.0, "alpha": 0.3}})
