@@ -57,7 +57,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from memrl.llm.base import LLMError
-from memrl.memory.base import LearnItem, MemoryModule
+from memrl.memory.base import BankedMemory, LearnItem
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.bank import BankSettings
 from memrl.memory.writer import format_trajectory
@@ -193,18 +193,12 @@ def is_deprecated(hits: int, successes: int, s: DeprecationSettings) -> bool:
 
 
 # ------------------------------------------------------------------------------ module
-class MemPMemory(MemoryModule):
+class MemPMemory(BankedMemory):
     name = "memp"
     Settings = MemPSettings
 
-    @classmethod
-    def build(cls, settings: MemPSettings, *, run_dir: Path, embedder: Any) -> "MemPMemory":
-        return cls(settings, bank_dir=Path(run_dir) / "bank", embedder=embedder)
-
     def __init__(self, settings: MemPSettings, *, bank_dir: str | Path, embedder: "Embedder"):
-        self.s = settings
-        self.embedder = embedder
-        self.bank = settings.bank.open(bank_dir)
+        super().__init__(settings, bank_dir=bank_dir, embedder=embedder)
         self.needs_llm = (settings.build != "trajectory" or settings.retrieve == "keyword_average"
                           or settings.update == "adjustment")
         # What `select` handed each running episode (its memories, key words, key-word error),
@@ -409,9 +403,6 @@ class MemPMemory(MemoryModule):
             success=bool(it.result.success), epoch=it.epoch, task_id=it.task.task_id,
             kind=self.s.build, injected_ids=[m.memory_id for m in it.injected], order=order,
             extra=extra)
-
-    def apply(self, update: BankUpdate) -> None:
-        self.bank.apply(update)
 
     def snapshot(self) -> list[dict[str, Any]]:
         """The bank, with each memory's hits, successes and revision count."""

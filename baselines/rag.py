@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from memrl.memory.base import LearnItem, MemoryModule
+from memrl.memory.base import BankedMemory, LearnItem
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.bank import BankSettings
 from memrl.memory.writer import format_trajectory
@@ -55,18 +55,12 @@ def trajectory_memory(intent: str, result: EpisodeResult, max_chars: int | None)
     return f"Task: {intent}\nOutcome: {outcome}\nTrajectory:\n{traj or '(no actions)'}"
 
 
-class SimilarityMemory(MemoryModule):
+class SimilarityMemory(BankedMemory):
     """A bank ranked by intent similarity only. Subclasses say what an episode stores
     (`_experience`); Q is never written, `visits` optionally counts injections."""
 
     def __init__(self, settings: Any, *, bank_dir: str | Path, embedder: "Embedder"):
-        self.s = settings
-        self.embedder = embedder
-        self.bank = settings.bank.open(bank_dir)
-
-    @classmethod
-    def build(cls, settings: Any, *, run_dir: Path, embedder: Any) -> "SimilarityMemory":
-        return cls(settings, bank_dir=Path(run_dir) / "bank", embedder=embedder)
+        super().__init__(settings, bank_dir=bank_dir, embedder=embedder)
 
     def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
         return {"k": self.s.k, "min_similarity": self.s.min_similarity}
@@ -114,11 +108,6 @@ class SimilarityMemory(MemoryModule):
             order += 1
         return update
 
-    def apply(self, update: BankUpdate) -> None:
-        self.bank.apply(update)
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        return self.bank.snapshot()
 
 
 class RAGMemory(SimilarityMemory):

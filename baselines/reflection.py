@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from memrl.memory.base import LearnItem, MemoryModule
+from memrl.memory.base import BankedMemory, LearnItem
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.bank import BankSettings
 from memrl.memory.memrl import WriterSettings
@@ -50,19 +50,13 @@ def success_memory(intent: str, result: EpisodeResult, max_chars: int) -> str:
     return f"Task: {intent}\nOutcome: solved\nSuccessful attempt:\n{traj or '(no actions)'}"
 
 
-class ReflectionMemory(MemoryModule):
+class ReflectionMemory(BankedMemory):
     name = "reflection"
     needs_llm = True  # the reflection on a failure is written by the model
     Settings = ReflectionSettings
 
-    @classmethod
-    def build(cls, settings: ReflectionSettings, *, run_dir: Path, embedder: Any) -> "ReflectionMemory":
-        return cls(settings, bank_dir=Path(run_dir) / "bank", embedder=embedder)
-
     def __init__(self, settings: ReflectionSettings, *, bank_dir: str | Path, embedder: "Embedder"):
-        self.s = settings
-        self.embedder = embedder
-        self.bank = settings.bank.open(bank_dir)
+        super().__init__(settings, bank_dir=bank_dir, embedder=embedder)
         self.writer = ExperienceWriter(**settings.writer.model_dump())
 
     def retrieve(self, task: Task, *, seed: int = 0) -> list[RetrievedMemory]:
@@ -98,8 +92,3 @@ class ReflectionMemory(MemoryModule):
             order += 1
         return update
 
-    def apply(self, update: BankUpdate) -> None:
-        self.bank.apply(update)  # an added id that exists is replaced (upsert)
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        return self.bank.snapshot()

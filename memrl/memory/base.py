@@ -91,3 +91,23 @@ class MemoryModule(ABC):
 
     def close(self) -> None:
         return None
+
+
+class BankedMemory(MemoryModule):
+    """A module whose state is one `ChromaBank` under `<run_dir>/bank`, opened from the
+    `bank` block of its settings. Writes go through `apply` only (journaled, idempotent)."""
+
+    @classmethod
+    def build(cls, settings: Any, *, run_dir: Path, embedder: Any) -> "BankedMemory":
+        return cls(settings, bank_dir=Path(run_dir) / "bank", embedder=embedder)
+
+    def __init__(self, settings: Any, *, bank_dir: str | Path, embedder: Any):
+        self.s = settings
+        self.embedder = embedder
+        self.bank = settings.bank.open(bank_dir)
+
+    def apply(self, update: BankUpdate) -> None:
+        self.bank.apply(update)  # an added id that exists is replaced (upsert)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return self.bank.snapshot()

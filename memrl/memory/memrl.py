@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from memrl.records import EpisodeResult, RetrievedMemory, Task
 
 from .bank import BankSettings
-from .base import LearnItem, MemoryModule
+from .base import BankedMemory, LearnItem
 from .entry import BankUpdate, MemoryEntry
 from .retrieval import PhaseBOptions, phase_a, phase_b, similarity_quantile, update_q
 from .writer import ExperienceWriter
@@ -74,19 +74,13 @@ class MemRLSettings(BaseModel):
         return self
 
 
-class MemRLMemory(MemoryModule):
+class MemRLMemory(BankedMemory):
     name = "memrl"
     Settings = MemRLSettings
 
-    @classmethod
-    def build(cls, settings: MemRLSettings, *, run_dir: Path, embedder: Any) -> "MemRLMemory":
-        return cls(settings, bank_dir=Path(run_dir) / "bank", embedder=embedder)
-
     def __init__(self, settings: MemRLSettings, *, bank_dir: str | Path, embedder: "Embedder"):
-        self.s = settings
+        super().__init__(settings, bank_dir=bank_dir, embedder=embedder)
         self.needs_llm = settings.write_memories and settings.write_mode == "llm"
-        self.embedder = embedder
-        self.bank = settings.bank.open(bank_dir)
         self.writer = ExperienceWriter(**settings.writer.model_dump())
         self.delta: float = settings.delta if isinstance(settings.delta, float) else float("nan")
         self._phase_b = PhaseBOptions(
@@ -178,8 +172,3 @@ class MemRLMemory(MemoryModule):
             kind=it.digest.get("kind", ""), injected_ids=[m.memory_id for m in it.injected],
             order=order)
 
-    def apply(self, update: BankUpdate) -> None:
-        self.bank.apply(update)
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        return self.bank.snapshot()
