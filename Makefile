@@ -21,7 +21,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 
 STAMP := $(VENV)/.memrl-setup
 
-.PHONY: setup test test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
+.PHONY: system-deps setup test test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
 
 setup: $(STAMP)
 
@@ -33,6 +33,17 @@ $(STAMP): pyproject.toml
 	@echo "installing memrl and its extras ($(EXTRAS)); llama-cpp-python compiles on first install (~7 min on 2 cores)"
 	$(PIP) install -q -e ".[$(EXTRAS)]"
 	touch $(STAMP)
+
+# Debian packages the real environments need: bubblewrap (sandbox for model-written code and
+# commands), mariadb-server (Lifelong DB), debootstrap (Lifelong OS root file system).
+SYSTEM_PACKAGES ?= bubblewrap mariadb-server debootstrap
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+system-deps:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "system packages present: $(SYSTEM_PACKAGES)"; fi
 
 test: setup
 	$(PY) -m pytest -q
