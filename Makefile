@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 # torch first, CPU build: on a machine without a local wheel use e.g.
 #   make setup TORCH_INSTALL="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH_INSTALL ?= torch==2.13.0
-EXTRAS ?= local,alfworld,sweep,wandb,mem0,dev
+EXTRAS ?= local,alfworld,sweep,wandb,mem0,hle,dev
 # ALFWorld data: $ALFWORLD_DATA if set; else the repo's sibling shared data (dev/CI); else
 # ALFWorld's own default download location.
 SHARED_DATA := $(abspath ../shared/data)
@@ -21,7 +21,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 
 STAMP := $(VENV)/.memrl-setup
 
-.PHONY: system-deps setup test test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
+.PHONY: system-deps setup test data-hle reproduce-hle test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
 
 setup: $(STAMP)
 
@@ -64,6 +64,17 @@ ALFWORLD_SWEEP ?= multirun/alfworld_paper
 reproduce-alfworld: setup
 	$(PY) -m memrl.run -m experiment=alfworld_paper memory=$(ALFWORLD_METHODS) hydra.sweep.dir=$(ALFWORLD_SWEEP)
 	$(PY) scripts/report.py $(ALFWORLD_SWEEP) --out results/alfworld_paper
+
+# HLE (gated on the hub: accept its terms, then HF_TOKEN=hf_... make data-hle), saved once as
+# parquet; MemRL and every baseline with the paper's HLE settings, then the report.
+HLE_DATA ?= data/hle/hle_test.parquet
+data-hle: setup
+	HF_HUB_OFFLINE=0 $(PY) -m memrl_envs.hle.download --out $(HLE_DATA)
+
+reproduce-hle: setup
+	@test -f "$(HLE_DATA)" || { echo "no HLE data at $(HLE_DATA): run 'make data-hle' (needs HF_TOKEN)"; exit 1; }
+	$(PY) -m memrl.run -m experiment=hle_paper env.data_path=$(abspath $(HLE_DATA)) memory=$(ALFWORLD_METHODS) hydra.sweep.dir=multirun/hle_paper
+	$(PY) scripts/report.py multirun/hle_paper --out results/hle_paper
 
 data-alfworld: setup
 	$(VENV)/bin/alfworld-download --data-dir "$(ALFWORLD_DATA)"

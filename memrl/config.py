@@ -43,6 +43,8 @@ class LLMSettings(BaseModel):
     script: str | None = None  # scripted backend: "package.module:function" (tests)
     backoff_base: float = Field(1.0, ge=0.0)
     backoff_max: float = Field(60.0, ge=0.0)
+    # accepts images: true/false; null = litellm's model list (litellm), false (local)
+    vision: bool | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "LLMSettings":

@@ -1,16 +1,103 @@
-"""Types of the LLM seam: a request, a response, a backend, and a per-episode handle."""
+"""Types of the LLM seam: a request, a response, a backend, and a per-episode handle.
+
+A message's content is either a plain string (text only, as every text benchmark sends it)
+or a tuple of parts, `TextPart` and `ImagePart`, for models that take images. Plain strings
+stay plain strings all the way to the cache key, so text-only requests keep their keys.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, Union
+
+_IMAGE_URL_PREFIXES = ("data:image/", "http://", "https://")
+
+
+@dataclass(frozen=True)
+class TextPart:
+    """A piece of text inside a multi-part message."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    """An image inside a multi-part message: a data URL (`data:image/png;base64,...`) or an
+    http(s) URL the provider fetches itself."""
+
+    url: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url.startswith(_IMAGE_URL_PREFIXES):
+            shown = self.url[:40] if isinstance(self.url, str) else type(self.url).__name__
+            raise ValueError(f"an image part needs a data:image/... or http(s) URL, got {shown!r}")
+
+
+Part = Union[TextPart, ImagePart]
+Content = Union[str, tuple[Part, ...]]
+
+
+def as_part(obj: Any) -> Part:
+    """A `TextPart`/`ImagePart` from itself or from an OpenAI-style dict
+    (`{"type": "text", "text": ...}`, `{"type": "image_url", "image_url": {"url": ...}}`)."""
+    if isinstance(obj, (TextPart, ImagePart)):
+        return obj
+    if isinstance(obj, Mapping):
+        kind = obj.get("type")
+        if kind == "text" and isinstance(obj.get("text"), str):
+            return TextPart(obj["text"])
+        if kind == "image_url":
+            ref = obj.get("image_url")
+            url = ref.get("url") if isinstance(ref, Mapping) else ref
+            return ImagePart(str(url))
+    raise TypeError(f"not a message part (text or image_url): {str(obj)[:80]!r}")
+
+
+def as_content(obj: Any) -> Content:
+    """Normalise message content: a string stays a string; a list/tuple becomes a tuple of
+    parts. Anything else is stringified (the behaviour text-only callers always had)."""
+    if isinstance(obj, str):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        return tuple(as_part(p) for p in obj)
+    return str(obj)
+
+
+def content_text(content: Content) -> str:
+    """The text of a message: the string itself, or its text parts joined by newlines."""
+    if isinstance(content, str):
+        return content
+    return "\n".join(p.text for p in content if isinstance(p, TextPart))
+
+
+def content_images(content: Content) -> list[ImagePart]:
+    return [] if isinstance(content, str) else [p for p in content if isinstance(p, ImagePart)]
+
+
+def has_images(messages: Iterable[tuple[str, Content]]) -> bool:
+    """True when any message carries an image part."""
+    return any(content_images(content) for _, content in messages)
+
+
+def openai_content(content: Content) -> str | list[dict[str, Any]]:
+    """Content in the chat-completions wire format (a string stays a string)."""
+    if isinstance(content, str):
+        return content
+    out: list[dict[str, Any]] = []
+    for p in content:
+        if isinstance(p, TextPart):
+            out.append({"type": "text", "text": p.text})
+        else:
+            out.append({"type": "image_url", "image_url": {"url": p.url}})
+    return out
 
 
 @dataclass(frozen=True)
 class LLMRequest:
     """Everything that can change a model's answer (the cache key is built from all of it)."""
 
-    messages: tuple[tuple[str, str], ...]  # (role, content) pairs
+    messages: tuple[tuple[str, Content], ...]  # (role, content) pairs
     max_tokens: int = 256
     temperature: float = 0.0
     top_p: float = 1.0
@@ -19,6 +106,9 @@ class LLMRequest:
     # cache key when temperature > 0, so distinct samples stay distinct and replay exactly.
     sample_id: str = ""
     seed: int | None = None
+    # "json": ask the provider for a JSON object (JSON mode) where it offers one. None (the
+    # default) leaves the request, and its cache key, exactly as before this field existed.
+    response_format: str | None = None
 
 
 @dataclass
@@ -32,7 +122,11 @@ class LLMResponse:
 
 
 class Backend(Protocol):
-    """A model that answers one request (no caching, no retries: the client adds those)."""
+    """A model that answers one request (no caching, no retries: the client adds those).
+
+    A backend that takes images says so with a true `supports_images` attribute; the client
+    refuses image content for any backend that does not, before any call.
+    """
 
     model_id: str  # stable name used in cache keys and run cards
 
@@ -41,6 +135,10 @@ class Backend(Protocol):
 
 class LLMError(RuntimeError):
     """A model call that still failed after the configured retries."""
+
+
+class UnsupportedContentError(LLMError):
+    """The request holds content (an image) the model cannot take; raised before any call."""
 
 
 @dataclass

@@ -4,6 +4,10 @@ The key is a hash of everything that can change an answer: the backend's model i
 messages and the sampling parameters. `sample_id` joins the key only when temperature > 0:
 a temperature-0 answer is deterministic, so identical prompts share one entry, while
 sampled answers stay distinct per sample and replay exactly on a rerun.
+
+Multi-part content (text and images) enters the key as a list of parts, an image by the
+sha256 of its URL; plain-string content enters as the string, and `response_format` only
+when it is set, so the key of a text-only request is the same as before either existed.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from memrl.llm.base import LLMRequest, LLMResponse
+from memrl.llm.base import Content, ImagePart, LLMRequest, LLMResponse
 
 def default_cache_dir() -> Path:
     """Where memrl keeps machine-wide files: `$MEMRL_CACHE_DIR`, else `~/.cache/memrl`."""
@@ -26,11 +30,22 @@ def default_cache_dir() -> Path:
 _SCHEMA = "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
 
+def _key_content(content: Content) -> object:
+    if isinstance(content, str):
+        return content  # exactly what text-only keys always held
+    return [
+        {"image_sha256": hashlib.sha256(p.url.encode("utf-8")).hexdigest()}
+        if isinstance(p, ImagePart)
+        else {"text": p.text}
+        for p in content
+    ]
+
+
 def request_key(model_id: str, request: LLMRequest) -> str:
     """Stable sha256 hex digest identifying one (model, request) answer."""
     payload: dict[str, object] = {
         "model": model_id,
-        "messages": [[role, content] for role, content in request.messages],
+        "messages": [[role, _key_content(content)] for role, content in request.messages],
         "max_tokens": request.max_tokens,
         "temperature": float(request.temperature),
         "top_p": float(request.top_p),
@@ -39,6 +54,8 @@ def request_key(model_id: str, request: LLMRequest) -> str:
     }
     if request.temperature > 0:
         payload["sample_id"] = request.sample_id
+    if request.response_format is not None:
+        payload["response_format"] = request.response_format
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 

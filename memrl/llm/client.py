@@ -14,6 +14,10 @@ surfaces as `LLMError`, with the backend's exception as `__cause__`. Waits betwe
 exponentially (backoff_base · 2^k, jitter seeded by the request so reruns wait alike); a
 server's Retry-After is used instead when given. No single wait exceeds backoff_max.
 
+Images: message content may be a tuple of `TextPart`/`ImagePart` (or OpenAI-style part dicts).
+A request with an image for a backend whose `supports_images` is not true fails at once with
+`UnsupportedContentError` (an `LLMError`), before the cache or the backend is consulted.
+
 Accounting: `client.totals()` counts what this process spent (backend calls, their tokens and
 cost; cache hits separately). A cached response keeps the tokens and cost recorded when it was
 first made, so an episode's `meter` reads the same on a replay as on the original run.
@@ -31,7 +35,17 @@ from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
-from memrl.llm.base import Backend, LLMError, LLMRequest, LLMResponse, UsageMeter
+from memrl.llm.base import (
+    Backend,
+    Content,
+    LLMError,
+    LLMRequest,
+    LLMResponse,
+    UnsupportedContentError,
+    UsageMeter,
+    as_content,
+    has_images,
+)
 from memrl.llm.cache import ResponseCache, request_key
 
 # Exception class names (litellm's, and the openai SDK's they derive from) worth retrying.
@@ -139,8 +153,18 @@ class LLMClient:
     def model_id(self) -> str:
         return self.backend.model_id
 
+    @property
+    def supports_images(self) -> bool:
+        """Whether the backend takes image content (backends that do not say: no)."""
+        return bool(getattr(self.backend, "supports_images", False))
+
     # -- one request --------------------------------------------------------------------
     def complete(self, request: LLMRequest) -> LLMResponse:
+        if has_images(request.messages) and not self.supports_images:
+            raise UnsupportedContentError(
+                f"{self.backend.model_id} takes text only, and this request holds an image; "
+                "use a model that takes images (for an API model whose capability litellm does "
+                "not know, set `vision: true` in its llm config) or keep image tasks out")
         key = request_key(self.backend.model_id, request)
         if self.cache is not None:
             hit = self.cache.get(key)
@@ -226,7 +250,10 @@ class LLMClient:
 
 
 class EpisodeLLM:
-    """One episode's handle: names each sample, applies defaults, meters usage."""
+    """One episode's handle: names each sample, applies defaults, meters usage.
+
+    `supports_images` tells an env, before it builds a prompt, whether the model takes images.
+    """
 
     def __init__(self, client: LLMClient, sample_prefix: str, seed: int | None) -> None:
         self.client = client
@@ -236,20 +263,30 @@ class EpisodeLLM:
         self._counts: Counter[str] = Counter()
         self._lock = threading.Lock()
 
+    @property
+    def supports_images(self) -> bool:
+        return self.client.supports_images
+
+    @property
+    def model_id(self) -> str:
+        return self.client.model_id
+
     def complete(
         self,
-        prompt: str | Sequence[tuple[str, str]],
+        prompt: str | Sequence[tuple[str, Any]],
         *,
         purpose: str,
         max_tokens: int | None = None,
         stop: Sequence[str] = (),
         temperature: float | None = None,
+        response_format: str | None = None,
     ) -> str:
-        """Ask the model; a plain string is one user message. Raises `LLMError` on failure."""
+        """Ask the model; a plain string is one user message. Content may be a string or a
+        sequence of parts (text and images). Raises `LLMError` on failure."""
         if isinstance(prompt, str):
-            messages: tuple[tuple[str, str], ...] = (("user", prompt),)
+            messages: tuple[tuple[str, Content], ...] = (("user", prompt),)
         else:
-            messages = tuple((str(role), str(content)) for role, content in prompt)
+            messages = tuple((str(role), as_content(content)) for role, content in prompt)
         with self._lock:
             n = self._counts[purpose]
             self._counts[purpose] += 1
@@ -262,6 +299,7 @@ class EpisodeLLM:
             stop=tuple(stop),
             sample_id=f"{self.sample_prefix}/{purpose}/{n}",
             seed=self.seed,
+            response_format=response_format,
         )
         try:
             resp = self.client.complete(request)

@@ -2,7 +2,8 @@
 
 Keys: backend (litellm | local | scripted), model, api_base, api_key_env, timeout,
 max_concurrency, max_retries, temperature, top_p, max_tokens, cache (bool), cache_path,
-n_ctx, model_path; for `scripted` optionally `script` ("package.module:function", a
+n_ctx, model_path, vision (image input: true/false; null = litellm's model list for litellm
+backends, never for `local`); for `scripted` optionally `script` ("package.module:function", a
 function request -> str; default: echo the last user message) and `model` as its model id.
 """
 
@@ -46,6 +47,7 @@ def build_backend(cfg: Mapping[str, Any]) -> Backend:
             api_base=cfg.get("api_base"),
             api_key_env=cfg.get("api_key_env"),
             timeout=float(_get(cfg, "timeout", 60)),
+            vision=cfg.get("vision"),
         )
     if kind == "local":
         from memrl.llm.local import LocalLlamaBackend
@@ -60,7 +62,8 @@ def build_backend(cfg: Mapping[str, Any]) -> Backend:
 
         script = cfg.get("script")
         fn = _load_callable(str(script)) if script else echo_last_user
-        return ScriptedBackend(fn, model_id=str(cfg.get("model") or "scripted"))
+        return ScriptedBackend(fn, model_id=str(cfg.get("model") or "scripted"),
+                               supports_images=bool(_get(cfg, "vision", True)))
     raise ValueError(f"unknown llm backend {kind!r} (litellm | local | scripted)")
 
 

@@ -3,6 +3,11 @@
 litellm is imported on first use, after `LITELLM_LOCAL_MODEL_COST_MAP=True` is set so that
 importing it never reaches for the network. litellm's own retries are switched off
 (`num_retries=0`, `max_retries=0`): `LLMClient` retries.
+
+Images go out as chat-completions `image_url` parts. Whether the model takes them is
+`vision` when given, else litellm's own model list (`litellm.supports_vision`), which knows
+hosted models but not what a self-hosted server (vLLM, Ollama) serves: set `vision: true`
+for those.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from memrl.llm.base import LLMRequest, LLMResponse
+from memrl.llm.base import LLMRequest, LLMResponse, openai_content
 
 
 def import_litellm() -> ModuleType:
@@ -43,19 +48,35 @@ class LiteLLMBackend:
         api_key_env: str | None = None,
         timeout: float = 60,
         extra: Mapping[str, Any] | None = None,
+        vision: bool | None = None,
     ) -> None:
         self.model = model
+        self.vision = vision
         self.api_base = api_base or None
         self.api_key_env = api_key_env or None
         self.timeout = float(timeout)
         self.extra: dict[str, Any] = dict(extra or {})
         self.model_id = f"{model}@{self.api_base}" if self.api_base else model
+        self._known_vision: bool | None = None
+
+    @property
+    def supports_images(self) -> bool:
+        """`vision` if configured, else what litellm's model list says (False if unknown)."""
+        if self.vision is not None:
+            return bool(self.vision)
+        if self._known_vision is None:
+            try:
+                self._known_vision = bool(import_litellm().supports_vision(model=self.model))
+            except Exception:  # unknown provider/model: treat as text-only
+                self._known_vision = False
+        return self._known_vision
 
     def generate(self, request: LLMRequest) -> LLMResponse:
         litellm = import_litellm()
         kwargs: dict[str, Any] = {
             "model": self.model,
-            "messages": [{"role": role, "content": content} for role, content in request.messages],
+            "messages": [{"role": role, "content": openai_content(content)}
+                         for role, content in request.messages],
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
             "top_p": request.top_p,
@@ -69,6 +90,8 @@ class LiteLLMBackend:
             kwargs["stop"] = list(request.stop)
         if request.seed is not None:
             kwargs["seed"] = request.seed
+        if request.response_format == "json":
+            kwargs["response_format"] = {"type": "json_object"}
         if self.api_base:
             kwargs["api_base"] = self.api_base
         key = api_key_from_env(self.api_key_env)

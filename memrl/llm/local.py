@@ -7,6 +7,9 @@ to plain text and continued with ordinary text completion:
     render_prompt(messages) = the contents of all messages, in order, joined by one blank
     line ("\\n\\n"); roles are dropped. The last message (normally the user's) is the text the
     model continues, so end it where the answer should begin (e.g. "...\\nAction:").
+    Multi-part content contributes its text parts. The model takes text only
+    (`supports_images = False`): the client refuses image content before any call, and
+    `generate` refuses it too, before the model is loaded.
 
 Sampling: temperature 0 is greedy. Above 0, the request's temperature / top_p apply on top of
 llama.cpp's usual top_k=40 and min_p=0.05 (constructor arguments; sampling the full
@@ -27,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from memrl.llm.base import LLMRequest, LLMResponse
+from memrl.llm.base import Content, LLMRequest, LLMResponse, UnsupportedContentError, content_text, has_images
 from memrl.llm.cache import default_cache_dir
 
 log = logging.getLogger(__name__)
@@ -41,9 +44,9 @@ def _sampler_seed(seed: int) -> int:
     return int(seed) % 0xFFFFFFFF
 
 
-def render_prompt(messages: tuple[tuple[str, str], ...]) -> str:
+def render_prompt(messages: tuple[tuple[str, Content], ...]) -> str:
     """Plain-text rendering of chat messages for a base model (see module docstring)."""
-    return "\n\n".join(content for _, content in messages)
+    return "\n\n".join(content_text(content) for _, content in messages)
 
 
 def ensure_model_file(cache_dir: str | Path | None = None) -> Path:
@@ -72,6 +75,7 @@ class LocalLlamaBackend:
     """Text completion with the embedded model; loads lazily; one call at a time."""
 
     model_id = MODEL_ID
+    supports_images = False
 
     def __init__(
         self,
@@ -106,6 +110,8 @@ class LocalLlamaBackend:
         return self._llm
 
     def generate(self, request: LLMRequest) -> LLMResponse:
+        if has_images(request.messages):
+            raise UnsupportedContentError(f"{self.model_id} takes text only; the request holds an image")
         with self._lock:
             llm = self._load()
             max_tokens = max(1, min(int(request.max_tokens), self.n_ctx - 16))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from memrl.llm.base import LLMRequest, LLMResponse
+from memrl.llm.base import LLMRequest, LLMResponse, content_text
 
 
 def _word_count(text: str) -> int:
@@ -16,11 +16,14 @@ class ScriptedBackend:
     """Answers with `fn(request)`; counts calls. Tokens are whitespace word counts, cost 0.
 
     `fn` may raise to simulate failures; the call is counted before `fn` runs.
+    `supports_images` plays a model that takes images (default) or a text-only one.
     """
 
-    def __init__(self, fn: Callable[[LLMRequest], str], model_id: str = "scripted") -> None:
+    def __init__(self, fn: Callable[[LLMRequest], str], model_id: str = "scripted",
+                 supports_images: bool = True) -> None:
         self.fn = fn
         self.model_id = model_id
+        self.supports_images = bool(supports_images)
         self.calls = 0
         self.requests: list[LLMRequest] = []
         self._lock = threading.Lock()
@@ -32,7 +35,7 @@ class ScriptedBackend:
         text = self.fn(request)
         return LLMResponse(
             text=text,
-            prompt_tokens=sum(_word_count(content) for _, content in request.messages),
+            prompt_tokens=sum(_word_count(content_text(content)) for _, content in request.messages),
             completion_tokens=_word_count(text),
             cost_usd=0.0,
             model=self.model_id,
@@ -43,5 +46,5 @@ def echo_last_user(request: LLMRequest) -> str:
     """Default script: repeat the last user message."""
     for role, content in reversed(request.messages):
         if role == "user":
-            return content
+            return content_text(content)
     return ""

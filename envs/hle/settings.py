@@ -1,0 +1,107 @@
+"""Validated settings of the HLE env (the `env=hle` config group) and of its judge model."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# Fields of the judge section that go to `memrl.llm.factory.build_client` as they are.
+CLIENT_FIELDS = (
+    "backend", "model", "api_base", "api_key_env", "timeout", "max_concurrency", "max_retries",
+    "temperature", "top_p", "max_tokens", "cache", "cache_path", "n_ctx", "n_threads",
+    "model_path", "script", "backoff_base", "backoff_max",
+)
+
+
+class JudgeSettings(BaseModel):
+    """The model that grades answers: its own backend, model, key and base URL.
+
+    `examples`: worked verdicts shown before the one asked for (a base model such as the
+    embedded one needs them to answer in the format); null = 2 for `local`, 0 otherwise.
+    `json_mode`: ask API models for a JSON object through the provider's JSON mode.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "judge"
+    backend: Literal["litellm", "local", "scripted"] = "litellm"
+    model: str | None = None
+    api_base: str | None = None
+    api_key_env: str | None = None
+    timeout: float = Field(120.0, gt=0)
+    max_concurrency: int = Field(8, ge=1)
+    max_retries: int = Field(6, ge=0)
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(2048, ge=1)
+    cache: bool = True
+    cache_path: str | None = None
+    n_ctx: int = Field(4096, ge=256)
+    n_threads: int | None = Field(None, ge=1)
+    model_path: str | None = None
+    script: str | None = None
+    backoff_base: float = Field(1.0, ge=0.0)
+    backoff_max: float = Field(60.0, ge=0.0)
+    examples: int | None = Field(None, ge=0, le=2)
+    json_mode: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> "JudgeSettings":
+        if self.backend == "litellm" and not self.model:
+            raise ValueError("model: a litellm judge needs a model (e.g. openai/o3-mini)")
+        return self
+
+    def client_config(self) -> dict[str, Any]:
+        """The part of this section `build_client` reads."""
+        data = self.model_dump()
+        return {k: data[k] for k in CLIENT_FIELDS}
+
+    def n_examples(self) -> int:
+        if self.examples is not None:
+            return self.examples
+        return 2 if self.backend == "local" else 0
+
+
+class HLESettings(BaseModel):
+    """Where the questions come from, which of them to keep, and how episodes are graded."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "hle"
+    data_path: str | None = Field(
+        None, description="a local .parquet/.jsonl/.json file (or a folder of them) in HLE's "
+        "schema; null = load hf_dataset from the Hugging Face hub")
+    hf_dataset: str = "cais/hle"
+    hf_split: str = "test"
+    hf_revision: str | None = None
+    hf_token_env: str = "HF_TOKEN"
+    categories: list[str] | None = None
+    modality: Literal["all", "text", "image"] = "all"
+    ratio: float | None = Field(None, gt=0.0, le=1.0, description="fraction kept per category")
+    subset_size: int | None = Field(None, ge=1)
+    subset_seed: int = Field(0, ge=0)
+    split: Literal["all", "train", "valid"] = "all"
+    valid_fraction: float = Field(0.2, gt=0.0, lt=1.0)
+    max_tasks: int | None = Field(None, ge=1)
+    task_ids: list[str] | None = None
+    max_steps: int = Field(1, ge=1, description="accepted for debug presets; episodes are one answer")
+    max_tokens: int | None = Field(None, ge=1, description="solver tokens; null = the llm's max_tokens")
+    memory_max_chars: int = Field(4000, ge=200)
+    judge: JudgeSettings = Field(default_factory=lambda: JudgeSettings(model="openai/o3-mini"))
+
+    @model_validator(mode="after")
+    def _check(self) -> "HLESettings":
+        if self.data_path is not None:
+            path = Path(self.data_path).expanduser()
+            if not path.exists():
+                raise ValueError(f"data_path: {path} does not exist")
+        elif importlib.util.find_spec("datasets") is None:
+            raise ValueError(
+                "data_path: not set, and loading cais/hle from the hub needs the `datasets` "
+                "package (pip install datasets), or download it once to a parquet file")
+        if self.categories is not None and not [c for c in self.categories if str(c).strip()]:
+            raise ValueError("categories: give at least one category name, or null for all")
+        return self
