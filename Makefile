@@ -7,12 +7,15 @@ PIP := $(VENV)/bin/pip
 # torch first, CPU build: on a machine without a local wheel use e.g.
 #   make setup TORCH_INSTALL="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH_INSTALL ?= torch==2.13.0
-EXTRAS ?= local,alfworld,sweep,wandb,mem0,hle,dev
+EXTRAS ?= local,alfworld,sweep,wandb,mem0,hle,lifelong,dev
 # ALFWorld data: $ALFWORLD_DATA if set; else the repo's sibling shared data (dev/CI); else
 # ALFWorld's own default download location.
 SHARED_DATA := $(abspath ../shared/data)
 ALFWORLD_DATA ?= $(if $(wildcard $(SHARED_DATA)/alfworld),$(SHARED_DATA)/alfworld,$(HOME)/.cache/alfworld)
 export ALFWORLD_DATA
+# Lifelong Agent Bench task files (os_interaction_train.json, db_train.json)
+LIFELONG_DATA ?= $(if $(wildcard $(SHARED_DATA)/lifelong),$(SHARED_DATA)/lifelong,$(HOME)/.cache/memrl/lifelong)
+export LIFELONG_DATA
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -21,7 +24,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 
 STAMP := $(VENV)/.memrl-setup
 
-.PHONY: system-deps setup test data-hle reproduce-hle test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
+.PHONY: system-deps setup test data-hle reproduce-hle db-up db-down db-status gold-db test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
 
 setup: $(STAMP)
 
@@ -75,6 +78,19 @@ reproduce-hle: setup
 	@test -f "$(HLE_DATA)" || { echo "no HLE data at $(HLE_DATA): run 'make data-hle' (needs HF_TOKEN)"; exit 1; }
 	$(PY) -m memrl.run -m experiment=hle_paper env.data_path=$(abspath $(HLE_DATA)) memory=$(ALFWORLD_METHODS) hydra.sweep.dir=multirun/hle_paper
 	$(PY) scripts/report.py multirun/hle_paper --out results/hle_paper
+
+# A MariaDB server of the project's own (data dir + socket; nothing system-wide) for env=lifelong_db.
+# Runs start one themselves when none is up; `db-up` keeps one running across runs.
+DB_DIR ?= $(or $(MEMRL_DB_DIR),$(or $(MEMRL_CACHE_DIR),runs/.cache)/mariadb)
+db-up: setup
+	$(PY) -m memrl_envs.lifelong.db_server up --dir $(DB_DIR) $(if $(DB_PORT),--port $(DB_PORT))
+db-down: setup
+	$(PY) -m memrl_envs.lifelong.db_server down --dir $(DB_DIR)
+db-status: setup
+	$(PY) -m memrl_envs.lifelong.db_server status --dir $(DB_DIR)
+# the ground-truth SQL of every DB train task through the env (checks server + scoring)
+gold-db: setup
+	$(PY) scripts/lifelong_gold.py --env db
 
 data-alfworld: setup
 	$(VENV)/bin/alfworld-download --data-dir "$(ALFWORLD_DATA)"

@@ -1,0 +1,281 @@
+"""Reading LifelongAgentBench task files (OS and DB alike) and pinning train/validation splits.
+
+The benchmark ships each task set as one JSON object keyed by sample index
+(``{"0": {...}, "1": {...}}``); on the Hugging Face hub the same rows come as a table in
+which nested fields may be stored as Python-literal strings (``"{'direct': None, ...}"``).
+This module turns either into ``{key: row}`` with the nested fields parsed, skips rows that
+do not fit the env's schema (each reported with its key), and keeps the split of the keys
+into train / validation in a small JSON file, so that every run on the same data agrees.
+
+API (shared by the OS and the DB env):
+
+``load_samples(source, literal_fields=(), validate=None, hub_split="train", key_field="sample_index") -> Loaded``
+    ``source`` is a local ``.json`` (object keyed by sample index, or a list of rows),
+    a local ``.jsonl`` (one row a line), or ``hf://<repo>[/<config>]`` (read with
+    ``datasets.load_dataset``; needs the ``datasets`` package and a network).
+    ``literal_fields``: names of fields that hold a dict/list and may arrive as a string;
+    such strings are parsed with ``ast.literal_eval`` (JSON as a fallback).
+    ``validate(row)`` raises ``ValueError`` (or KeyError/TypeError) for a malformed row;
+    the row is then skipped and listed in ``Loaded.skipped`` as ``Skipped(key, reason)``
+    and logged as a warning. Rows come out in sample-index order (numeric keys by value).
+    ``Loaded.fingerprint`` is a sha256 over the kept rows (goes in run cards / split files).
+
+``resolve_split(keys, split, split_file=None, val_fraction=0.3, seed=0) -> list[str]``
+    ``split="all"`` returns ``keys``. ``"train"`` / ``"validation"`` read the split file
+    when it exists (an unknown key there is an error: the file belongs to other data) and
+    otherwise write it first: a seeded, hash-ordered partition of the sorted keys, written
+    atomically. ``split_file=None`` puts it in ``default_split_path``.
+
+``select(keys, task_ids=None, max_tasks=None) -> list[str]``
+    keeps ``task_ids`` (every one must exist), then the first ``max_tasks``.
+
+``task_key(task_id, prefix)`` / ``make_task_id(prefix, key)`` convert between sample keys
+and the env's task ids (``"db-17"``, ``"os-17"``), which stay distinct when OS and DB
+memories share one bank.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+log = logging.getLogger(__name__)
+
+HUB_PREFIX = "hf://"
+SPLITS = ("all", "train", "validation")
+
+
+class DataError(ValueError):
+    """The task file cannot be read at all (missing, not JSON, wrong shape, split mismatch)."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A row left out, with the reason (shown to the user and kept for reports)."""
+
+    key: str
+    reason: str
+
+
+@dataclass
+class Loaded:
+    """The usable rows of a task file, in sample-index order, and the ones skipped."""
+
+    source: str
+    rows: dict[str, dict[str, Any]]
+    skipped: list[Skipped] = field(default_factory=list)
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self.rows)
+
+    @property
+    def fingerprint(self) -> str:
+        blob = json.dumps(self.rows, sort_keys=True, ensure_ascii=False, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def sort_keys(keys: Iterable[str]) -> list[str]:
+    """Numeric keys by value first, then any other keys alphabetically."""
+    keys = list(keys)
+    return sorted(keys, key=lambda k: (0, int(k), "") if k.isdigit() else (1, 0, k))
+
+
+def make_task_id(prefix: str, key: str) -> str:
+    return f"{prefix}-{key}"
+
+
+def task_key(task_id: str, prefix: str) -> str:
+    head = f"{prefix}-"
+    if not task_id.startswith(head):
+        raise ValueError(f"task id {task_id!r} does not start with {head!r}")
+    return task_id[len(head):]
+
+
+# -- reading -------------------------------------------------------------------------------
+def _read_local(path: Path, key_field: str) -> list[tuple[str, Any]]:
+    if not path.is_file():
+        raise DataError(f"no task file at {path}")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl":
+        pairs = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                pairs.append((f"line {n}", exc))  # reported as a malformed row below
+                continue
+            pairs.append((_row_key(row, key_field, n - 1), row))
+        return pairs
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from exc
+    if isinstance(data, dict):
+        return [(str(k), v) for k, v in data.items()]
+    if isinstance(data, list):
+        return [(_row_key(row, key_field, i), row) for i, row in enumerate(data)]
+    raise DataError(f"{path}: expected a JSON object keyed by sample index (or a list of rows)")
+
+
+def _row_key(row: Any, key_field: str, position: int) -> str:
+    if isinstance(row, Mapping) and row.get(key_field) is not None:
+        return str(row[key_field])
+    return str(position)
+
+
+def _read_hub(source: str, split: str, key_field: str) -> list[tuple[str, Any]]:
+    spec = source[len(HUB_PREFIX):].strip("/")
+    parts = spec.split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise DataError(f"{source}: expected hf://<owner>/<name>[/<config>]")
+    repo, config = "/".join(parts[:2]), (parts[2] if len(parts) == 3 else None)
+    try:
+        import datasets  # optional: only for reading from the hub
+    except ImportError as exc:
+        raise DataError(f"{source}: reading from the hub needs the `datasets` package "
+                        "(pip install datasets), or download the JSON and pass its path") from exc
+    try:
+        table = datasets.load_dataset(repo, name=config, split=split)
+    except Exception as exc:  # offline, gated, unknown config: one clear message
+        raise DataError(f"{source}: could not load split {split!r} from the hub ({type(exc).__name__}: {exc})") from exc
+    return [(_row_key(row, key_field, i), dict(row)) for i, row in enumerate(table)]
+
+
+def parse_literal(value: Any) -> Any:
+    """A structure stored as a string (Python literal, or JSON) becomes the structure."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not a Python literal or JSON value: {value[:60]!r}") from exc
+
+
+def load_samples(
+    source: str | os.PathLike[str],
+    literal_fields: Sequence[str] = (),
+    validate: Callable[[dict[str, Any]], None] | None = None,
+    hub_split: str = "train",
+    key_field: str = "sample_index",
+) -> Loaded:
+    """Rows of a task file keyed by sample index; see the module docstring."""
+    source_str = str(source)
+    if source_str.startswith(HUB_PREFIX):
+        pairs = _read_hub(source_str, hub_split, key_field)
+    else:
+        pairs = _read_local(Path(source_str).expanduser(), key_field)
+    rows: dict[str, dict[str, Any]] = {}
+    skipped: list[Skipped] = []
+    for key, raw in pairs:
+        try:
+            if isinstance(raw, Exception):
+                raise ValueError(f"not valid JSON ({raw})")
+            if key in rows:
+                raise ValueError("duplicate sample index")
+            if not isinstance(raw, Mapping):
+                raise ValueError(f"expected an object, got {type(raw).__name__}")
+            row = dict(raw)
+            row.pop(key_field, None)
+            for name in literal_fields:
+                if name in row:
+                    try:
+                        row[name] = parse_literal(row[name])
+                    except ValueError as exc:
+                        raise ValueError(f"field {name!r}: {exc}") from exc
+            if validate is not None:
+                validate(row)
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            reason = str(exc) if not isinstance(exc, KeyError) else f"missing field {exc}"
+            skipped.append(Skipped(key, reason))
+            continue
+        rows[key] = row
+    for s in skipped:
+        log.warning("%s: skipped malformed sample %s: %s", source_str, s.key, s.reason)
+    ordered = {k: rows[k] for k in sort_keys(rows)}
+    return Loaded(source=source_str, rows=ordered, skipped=skipped)
+
+
+# -- splits --------------------------------------------------------------------------------
+def default_split_path(source: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None,
+                       val_fraction: float, seed: int) -> Path:
+    """Where a split file lives unless the config names one: the cache folder, named after
+    the data file, the fraction and the seed."""
+    base = Path(cache_dir) if cache_dir else Path(os.environ.get("MEMRL_CACHE_DIR", "~/.cache/memrl"))
+    stem = Path(str(source).replace(HUB_PREFIX, "hf_").replace("/", "_")).stem
+    return base.expanduser() / "lifelong_splits" / f"{stem}.val{val_fraction:g}.seed{seed}.json"
+
+
+def make_split(keys: Sequence[str], val_fraction: float, seed: int) -> dict[str, list[str]]:
+    """A partition of ``keys``: order by sha256(seed, key), the first share is validation."""
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError("val_fraction must lie strictly between 0 and 1")
+    ranked = sorted(keys, key=lambda k: hashlib.sha256(f"{seed}:{k}".encode()).hexdigest())
+    n_val = max(1, round(len(ranked) * val_fraction)) if ranked else 0
+    val = set(ranked[:n_val])
+    return {"train": sort_keys(k for k in keys if k not in val), "validation": sort_keys(val)}
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def resolve_split(keys: Sequence[str], split: str, split_file: str | os.PathLike[str] | None = None,
+                  val_fraction: float = 0.3, seed: int = 0, source: str = "",
+                  cache_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """The keys of ``split``; see the module docstring."""
+    if split not in SPLITS:
+        raise DataError(f"unknown split {split!r}; expected one of {SPLITS}")
+    if split == "all":
+        return list(keys)
+    path = Path(split_file).expanduser() if split_file else default_split_path(source, cache_dir, val_fraction, seed)
+    if path.is_file():
+        try:
+            parts = json.loads(path.read_text(encoding="utf-8"))
+            chosen = [str(k) for k in parts[split]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DataError(f"split file {path}: unreadable or has no {split!r} list ({exc})") from exc
+        known = set(keys)
+        unknown = [k for k in chosen if k not in known]
+        if unknown:
+            raise DataError(f"split file {path} names samples that the data does not have "
+                            f"(e.g. {unknown[:5]}): it was made for other data; delete it or pass another")
+        return chosen
+    parts = make_split(keys, val_fraction, seed)
+    _write_json_atomic(path, {"source": source, "val_fraction": val_fraction, "seed": seed, **parts})
+    log.info("wrote split file %s (%d train / %d validation)", path, len(parts["train"]), len(parts["validation"]))
+    return parts[split]
+
+
+def select(keys: Sequence[str], task_ids: Sequence[str] | None = None, max_tasks: int | None = None,
+           id_of: Callable[[str], str] = str) -> list[str]:
+    """Keep the keys whose task id is in ``task_ids`` (all must exist), then the first ``max_tasks``."""
+    chosen = list(keys)
+    if task_ids is not None:
+        by_id = {id_of(k): k for k in chosen}
+        missing = [t for t in task_ids if t not in by_id]
+        if missing:
+            raise DataError(f"unknown task ids (not in this split): {missing[:5]}")
+        wanted = set(task_ids)
+        chosen = [k for k in chosen if id_of(k) in wanted]
+    if max_tasks is not None:
+        chosen = chosen[:max_tasks]
+    return chosen
