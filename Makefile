@@ -24,7 +24,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 
 STAMP := $(VENV)/.memrl-setup
 
-.PHONY: system-deps setup test data-hle reproduce-hle db-up db-down db-status gold-db test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
+.PHONY: system-deps setup test data-hle reproduce-hle db-up db-down db-status gold-db rootfs gold-os reproduce-llb test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
 
 setup: $(STAMP)
 
@@ -91,6 +91,22 @@ db-status: setup
 # the ground-truth SQL of every DB train task through the env (checks server + scoring)
 gold-db: setup
 	$(PY) scripts/lifelong_gold.py --env db
+
+# Lifelong-OS: the Debian root file system its episodes run in (debootstrap, once; needs root;
+# ~1.5 min, ~230 MB) in $MEMRL_ROOTFS_DIR, else $MEMRL_CACHE_DIR/rootfs, else ~/.cache/memrl/rootfs
+rootfs: setup
+	@start=$$(date +%s); $(PY) -m memrl_envs.lifelong.os_rootfs build && \
+	echo "rootfs took $$(( $$(date +%s) - start )) s"
+gold-os: rootfs
+	$(PY) scripts/lifelong_gold.py --env os
+
+# Lifelong Agent Bench (OS and DB) with the paper's settings (gpt-4o-mini; OPENAI_API_KEY) for
+# MemRL and every baseline, one multirun per benchmark, then one report over both.
+LLB_METHODS ?= $(ALFWORLD_METHODS)
+reproduce-llb: rootfs
+	$(PY) -m memrl.run -m experiment=llb_os_paper memory=$(LLB_METHODS) hydra.sweep.dir=multirun/llb_os_paper
+	$(PY) -m memrl.run -m experiment=llb_db_paper memory=$(LLB_METHODS) hydra.sweep.dir=multirun/llb_db_paper
+	$(PY) scripts/report.py multirun/llb_os_paper multirun/llb_db_paper --out results/llb_paper
 
 data-alfworld: setup
 	$(VENV)/bin/alfworld-download --data-dir "$(ALFWORLD_DATA)"

@@ -4,6 +4,8 @@
 See `isolate.py` for what a sandboxed process can and cannot do.
 """
 
-from .isolate import Limits, SandboxError, SandboxResult, bwrap_available, run_isolated
+from .isolate import (Limits, SandboxError, SandboxResult, bwrap_available, limits_preexec, rootfs_argv,
+                      run_isolated)
 
-__all__ = ["Limits", "SandboxError", "SandboxResult", "bwrap_available", "run_isolated"]
+__all__ = ["Limits", "SandboxError", "SandboxResult", "bwrap_available", "limits_preexec", "rootfs_argv",
+           "run_isolated"]

@@ -190,6 +190,36 @@ def _bwrap_argv(argv: Sequence[str], *, workdir: Path | None, env: Mapping[str, 
                    str(ready_fd), user, chdir, *argv]
 
 
+def rootfs_argv(argv: Sequence[str], root_dir: str | os.PathLike[str], *, env: Mapping[str, str],
+                cwd: str = "/", network: bool = False, hostname: str | None = None,
+                binds: Sequence[tuple[str, str]] = ()) -> list[str]:
+    """The bwrap command line that runs `argv` as uid 0 inside `root_dir`, in the
+    `privileged_root` mode described above, for callers that manage the process themselves
+    (e.g. a shell that serves several commands). `env` is the whole environment (nothing is
+    added); `hostname` names its UTS namespace; `binds` are extra (host path, sandbox path)
+    read-write binds, made after /dev and /proc. `root_dir` must be disposable (an overlay),
+    never the host's `/`; the harness must be root (without root the sandbox would be a user
+    namespace whose "root" cannot chown)."""
+    if os.geteuid() != 0:
+        raise SandboxError("a privileged root file system sandbox needs the harness to run as root")
+    if Path(root_dir).resolve() == Path("/"):
+        raise SandboxError("privileged_root needs a disposable root_dir, never the host's /")
+    args = _bwrap_argv(argv, workdir=None, env=env, ro_binds=(), root_dir=Path(root_dir),
+                       privileged_root=True, drop_to=None, network=network, cwd=cwd, ready_fd=-1)
+    if binds:  # before the closing ["--chdir", cwd, "--", *argv]
+        at = len(args) - len(argv) - 3
+        args[at:at] = [a for src, dest in binds for a in ("--bind", str(src), str(dest))]
+    if hostname:  # the sandbox has its own UTS namespace as root
+        args[1:1] = ["--hostname", hostname]
+    return args
+
+
+def limits_preexec(limits: Limits):
+    """A `preexec_fn` that applies `limits` (CPU, address space, file size, processes) to a
+    process the caller starts itself, e.g. one running `rootfs_argv`."""
+    return _limit_setter(limits)
+
+
 def _limit_setter(limits: Limits):
     def apply() -> None:
         def cap(which: int, value: int | None) -> None:

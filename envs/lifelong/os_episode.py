@@ -1,0 +1,145 @@
+"""One Lifelong-OS episode: set-up script, the agent's turns, evaluation script.
+
+The order is the benchmark's: a fresh system, the task's initialisation script (a failure
+there is the environment's fault: outcome ``env_error``), then up to ``max_steps`` turns in
+which the agent runs one bash command or finishes, then the task's evaluation script, whose
+exit status 0 is success. An unreadable reply costs a turn and comes back as an error message
+(the benchmark ends the episode there; the project's protocol lets the agent retry). The
+evaluation runs however the turns ended (finish, out of turns, or the model failing).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, Sequence
+
+from memrl.llm.base import LLMError
+from memrl.records import RetrievedMemory, Step
+
+from .os_prompts import FINISH, INVALID_HELP, INVALID_MARK, STOP, Action, build_prompt, format_observation, parse_action
+from .os_shell import Shell, ShellError
+
+if TYPE_CHECKING:
+    from memrl.llm.client import EpisodeLLM
+
+# outcome classes (EpisodeResult.info["outcome"])
+SUCCESS = "success"
+FAILED = "failed"              # the evaluation script exited non-zero
+EVAL_TIMEOUT = "eval_timeout"  # the evaluation script ran out of time (a failure, as upstream)
+ENV_ERROR = "env_error"        # the system could not be set up, or broke down
+LLM_ERROR = "llm_error"        # the model call failed; the evaluation still ran
+
+
+@dataclass(frozen=True)
+class OsTask:
+    """One OS task: what the agent is told and the three scripts that frame its episode."""
+
+    key: str
+    instruction: str
+    init_script: str
+    eval_script: str
+    gold_script: str
+    skills: tuple[str, ...] = ()
+
+
+class Policy(Protocol):
+    """Chooses the next action from the episode so far."""
+
+    def next_action(self, task: OsTask, history: Sequence[Step]) -> tuple[Action, str]:
+        """(the parsed action, the raw reply)."""
+
+
+class GoldPolicy:
+    """The benchmark's ground-truth script as one command, then finish."""
+
+    def next_action(self, task: OsTask, history: Sequence[Step]) -> tuple[Action, str]:
+        if not history:
+            return Action("bash", task.gold_script), task.gold_script
+        return Action(FINISH), FINISH
+
+
+class LLMPolicy:
+    """The model continues the episode's prompt with one action."""
+
+    def __init__(self, llm: "EpisodeLLM", memories: Sequence[RetrievedMemory], max_tokens: int,
+                 timeout_s: float, with_example: bool = True) -> None:
+        self.llm, self.memories = llm, list(memories)
+        self.max_tokens, self.timeout_s, self.with_example = max_tokens, timeout_s, with_example
+
+    def next_action(self, task: OsTask, history: Sequence[Step]) -> tuple[Action, str]:
+        prompt = build_prompt(task.instruction, self.memories, history, self.timeout_s, self.with_example)
+        reply = self.llm.complete(prompt, purpose="act", max_tokens=self.max_tokens, stop=STOP)
+        return parse_action(reply or ""), reply or ""
+
+
+@dataclass
+class EpisodeOutcome:
+    """What happened, for EpisodeResult and its info."""
+
+    outcome: str
+    success: bool
+    steps: list[Step] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    finished: bool = False
+    invalid_actions: int = 0
+    timeouts: int = 0
+    init_exit: int | None = None
+    eval_exit: int | None = None
+    eval_output: str = ""
+    seconds: float = 0.0
+
+
+def play(shell: Shell, task: OsTask, policy: Policy, max_steps: int, timeout_s: float,
+         max_chars: int) -> EpisodeOutcome:
+    """Run the episode on `shell` (already started, fresh). Never raises for the agent's or the
+    model's failures; `ShellError` (the system itself broke) is recorded as ``env_error``."""
+    start = time.monotonic()
+    out = EpisodeOutcome(outcome=FAILED, success=False)
+    try:
+        if task.init_script.strip():
+            init = shell.run(task.init_script, timeout_s)
+            out.init_exit = init.exit_code
+            if not init.ok:
+                why = "timed out" if init.timed_out else f"exit code {init.exit_code}"
+                out.errors.append(f"initialisation script failed ({why}): {init.output.strip()[-300:]}")
+                out.outcome = ENV_ERROR
+                return out
+        else:
+            out.init_exit = 0
+        llm_failed = False
+        while len(out.steps) < max_steps:
+            try:
+                action, reply = policy.next_action(task, out.steps)
+            except LLMError as exc:
+                out.errors.append(f"LLMError at step {len(out.steps) + 1}: {exc}")
+                llm_failed = True
+                break
+            if action.kind == FINISH:
+                out.steps.append(Step(action=FINISH, observation="The task's check runs now."))
+                out.finished = True
+                break
+            if action.kind == "invalid":
+                out.invalid_actions += 1
+                out.steps.append(Step(action=INVALID_MARK + reply.strip()[:300],
+                                      observation=f"{INVALID_HELP} ({action.text})"))
+                continue
+            result = shell.run(action.text, timeout_s)
+            out.timeouts += int(result.timed_out)
+            out.steps.append(Step(action=action.text, observation=format_observation(
+                result.output, result.exit_code, result.timed_out, result.truncated, timeout_s, max_chars)))
+        check = shell.run(task.eval_script, timeout_s)
+        out.eval_exit, out.eval_output = check.exit_code, check.output[-500:]
+        out.success = check.ok
+        if out.success:
+            out.outcome = SUCCESS
+        elif check.timed_out:
+            out.outcome = EVAL_TIMEOUT
+        else:
+            out.outcome = LLM_ERROR if llm_failed else FAILED
+    except ShellError as exc:
+        out.errors.append(f"ShellError: {exc}")
+        out.outcome, out.success = ENV_ERROR, False
+    finally:
+        out.seconds = time.monotonic() - start
+    return out

@@ -1,0 +1,439 @@
+"""A root shell in a throwaway copy of a root file system: where Lifelong-OS episodes run.
+
+One `OverlayShell` is one episode's "container":
+
+* a private mount namespace (``unshare --mount --propagation private``) in which a tmpfs of
+  bounded size is mounted and an overlay is built from the cached root file system (lower,
+  never written) and a fresh upper layer on that tmpfs. The mounts exist only inside that
+  namespace, so they vanish with its last process: nothing to unmount on the host, nothing
+  left behind when the harness is killed, and the upper layer (everything the episode wrote)
+  is freed with it;
+* bubblewrap on top (`memrl_envs.sandbox.rootfs_argv`): the overlay as `/`, uid 0 with
+  Docker's default capabilities minus raw sockets, low ports, mknod, chroot, audit writes and
+  file capabilities (so, as in Docker, no mounts and no modules), no_new_privs, its own PID,
+  network (none), IPC and UTS namespaces (host name ``memrl-os``), an empty environment plus
+  Docker's defaults (PATH, HOME=/root), resource limits, and where the host lets it make
+  one, a pids cgroup that caps the commands' processes (a fork bomb stays inside);
+* inside it a small bash loop (``SERVER``) that runs each command as ``bash -c`` with a time
+  limit, its output (stdout and stderr together) in a file that is already unlinked, and
+  sends back the first bytes of the output and the exit status.
+
+Like ``docker exec`` into one container: files persist from command to command, every command
+starts in the same working directory with the same environment, a process a command leaves in
+the background keeps running until the episode ends, and a command that runs past its time
+limit is killed together with everything it started in its process group. Closing the shell
+(or the harness dying: bwrap runs with ``--die-with-parent``) ends the PID namespace and with
+it every process of the episode.
+
+`Shell` is the small interface the episode runner uses; a Docker backend could implement it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Protocol
+
+from memrl_envs.sandbox import Limits, SandboxError, limits_preexec, rootfs_argv
+
+# Docker's environment for `docker exec` into an image that sets nothing else.
+DOCKER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+HOSTNAME = "memrl-os"  # also the tree's /etc/hostname (os_rootfs)
+DEFAULT_ENV = {"PATH": DOCKER_PATH, "HOME": "/root", "HOSTNAME": HOSTNAME}
+_GRACE_S = 15.0          # beyond a command's own limit before the shell counts as hung
+_START_TIMEOUT_S = 60.0
+CMD_CGROUP = "/dev/.memrl-cmd-cgroup"  # inside the sandbox: the commands' pids cgroup (if any)
+
+# Runs as the sandbox's first process. fd 3: requests from the harness, fd 4: replies.
+# Request: "RUN <timeout> <nbytes> <nonce>\n" then <nbytes> bytes of script.
+# Reply: up to <limit>+1 bytes of output, then "\n<nonce> <exit status>\n". Only builtins
+# besides `timeout` and `bash`, so a system whose tools were deleted still answers.
+SERVER = r'''
+LC_ALL=C
+exec 3<&0 4>&1 0</dev/null 1>/dev/null
+cd -- "$1" 2>/dev/null || cd /
+limit=$2
+printf 'READY\n' >&4
+while IFS=' ' read -r verb tmo n nonce <&3; do
+  [ "$verb" = RUN ] || break
+  script=
+  if [ "$n" -gt 0 ]; then IFS= read -r -N "$n" script <&3 || break; fi
+  f=
+  for d in /dev/shm /tmp /var/tmp /; do
+    f="$d/.memrl-out-$BASHPID-$RANDOM$RANDOM"
+    if { exec 5>"$f"; } 2>/dev/null; then break; fi
+    f=
+  done
+  if [ -z "$f" ]; then
+    printf 'the shell could not create its output file\n%s 126\n' "$nonce" >&4
+    continue
+  fi
+  exec 6<"$f"
+  rm -f -- "$f" 2>/dev/null
+  timeout -k 2 "$tmo" bash -c '[ -e /dev/.memrl-cmd-cgroup ] && echo 0 2>/dev/null >/dev/.memrl-cmd-cgroup
+    exec bash -c "$0"' "$script" \
+    </dev/null >&5 2>&5 3<&- 4>&- 5>&- 6<&-
+  rc=$?
+  exec 5>&-
+  out=
+  IFS= read -r -d '' -N "$((limit + 1))" out <&6
+  exec 6<&-
+  printf '%s' "$out" >&4
+  printf '\n%s %s\n' "$nonce" "$rc" >&4
+done
+'''
+
+
+class ShellError(RuntimeError):
+    """The shell could not be started, or stopped answering (not: a command failed)."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one command did. `exit_code` is None when it ran out of time."""
+
+    exit_code: int | None
+    output: str
+    timed_out: bool = False
+    truncated: bool = False
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class Shell(Protocol):
+    """One episode's system: commands run in sequence on one file system."""
+
+    def run(self, script: str, timeout_s: float) -> CommandResult: ...
+
+    def close(self) -> None: ...
+
+
+_PROBE = ('mount -t tmpfs memrl-probe "$1" && mkdir "$1/l" "$1/u" "$1/w" "$1/m" && '
+          'mount -t overlay memrl-probe -o "lowerdir=$1/l,upperdir=$1/u,workdir=$1/w" "$1/m"')
+
+
+@functools.lru_cache(maxsize=1)
+def overlay_available() -> str | None:
+    """None if `OverlayShell` can run here, else the reason it cannot (checked once: root,
+    the tools, and a real tmpfs + overlay mount in a private mount namespace)."""
+    if os.geteuid() != 0:
+        return "the Lifelong-OS sandbox needs root (overlay mounts, a root-owned file system)"
+    for tool in ("unshare", "mount", "bwrap"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` is not installed" + (" (apt-get install bubblewrap)" if tool == "bwrap" else "")
+    probe_dir = tempfile.mkdtemp(prefix="memrl-os-probe-")
+    try:
+        probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _PROBE,
+                                "probe", probe_dir], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"cannot make a private mount namespace: {exc}"
+    finally:
+        shutil.rmtree(probe_dir, ignore_errors=True)
+    if probe.returncode != 0:
+        return f"cannot mount a tmpfs and an overlay here: {probe.stderr.strip()[:300]}"
+    return None
+
+
+class _Reader:
+    """Collects a pipe's bytes on a thread; `wait_for` blocks until a pattern shows up."""
+
+    def __init__(self, stream, cap: int | None = None) -> None:
+        self.buf = bytearray()
+        self.eof = False
+        self._cap = cap
+        self._stream = stream
+        self._cond = threading.Condition()
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        try:
+            while True:
+                chunk = os.read(self._stream.fileno(), 65536)
+                if not chunk:
+                    break
+                with self._cond:
+                    if self._cap is None or len(self.buf) < self._cap:
+                        self.buf += chunk
+                    self._cond.notify_all()
+        except (OSError, ValueError):
+            pass
+        finally:
+            with self._cond:
+                self.eof = True
+                self._cond.notify_all()
+
+    def wait_for(self, pattern: re.Pattern[bytes], deadline: float) -> re.Match[bytes] | None:
+        with self._cond:
+            while True:
+                m = pattern.search(self.buf)
+                if m or self.eof:
+                    return m
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(min(left, 1.0))
+
+    def take(self, end: int) -> bytes:
+        with self._cond:
+            data = bytes(self.buf[:end])
+            del self.buf[:end]
+            return data
+
+    def text(self) -> str:
+        with self._cond:
+            return self.buf.decode("utf-8", errors="replace")
+
+
+class _PidsCgroup:
+    """Best effort: pids cgroups (v1 or v2) that cap the episode's process count, so a fork
+    bomb cannot exhaust the host's PIDs. Two siblings under one episode cgroup: ``cmd`` (the
+    commands, at most `pids_max`) and ``srv`` (the sandbox's own processes), so a bomb left
+    running in the background cannot starve the shell (bash exits when it cannot fork).
+    The command side joins through ``cmd_procs_file``, bound into the sandbox. Silently
+    absent where cgroups are not writable."""
+
+    SPARE = 32  # processes the shell side may use beyond the commands' cap
+
+    def __init__(self, pids_max: int) -> None:
+        self.path: Path | None = None
+        if pids_max <= 0:
+            return
+        name = f"memrl-os-{uuid.uuid4().hex[:12]}"
+        for base, v2 in ((Path("/sys/fs/cgroup/pids"), False), (Path("/sys/fs/cgroup/unified"), True),
+                         (Path("/sys/fs/cgroup"), True)):
+            try:
+                if v2 and "pids" not in (base / "cgroup.subtree_control").read_text().split():
+                    continue
+                if not (base / "cgroup.procs").exists():
+                    continue
+                self._sweep(base)
+                path = base / name
+                path.mkdir()
+                self.path = path
+                (path / "pids.max").write_text(str(pids_max + self.SPARE))
+                if v2:
+                    (path / "cgroup.subtree_control").write_text("+pids")
+                for child in ("srv", "cmd"):
+                    (path / child).mkdir()
+                (path / "cmd" / "pids.max").write_text(str(pids_max))
+                return
+            except OSError:
+                self.remove()
+                continue
+
+    @staticmethod
+    def _sweep(base: Path) -> None:
+        """Remove cgroups of episodes whose harness was killed: a cgroup that still holds a
+        process cannot be removed, and young ones are left to the session setting them up."""
+        for old in base.glob("memrl-os-*"):
+            try:
+                if time.time() - old.stat().st_mtime > 120:
+                    for child in ("cmd", "srv"):
+                        if (old / child).is_dir():
+                            (old / child).rmdir()
+                    old.rmdir()
+            except OSError:
+                pass
+
+    @property
+    def srv_procs_file(self) -> str:
+        """Where the episode's first process writes its pid to join ("-": no cgroup)."""
+        return str(self.path / "srv" / "cgroup.procs") if self.path is not None else "-"
+
+    @property
+    def cmd_procs_file(self) -> str | None:
+        return str(self.path / "cmd" / "cgroup.procs") if self.path is not None else None
+
+    def remove(self) -> None:
+        if self.path is None:
+            return
+        for _ in range(50):
+            try:
+                for child in ("cmd", "srv"):
+                    if (self.path / child).is_dir():
+                        (self.path / child).rmdir()
+                self.path.rmdir()
+                self.path = None
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+# Set-up inside the new mount namespace: join the pids cgroup (if any), a tmpfs for the upper
+# layer, the overlay, then bwrap.
+_SETUP = r'''
+set -eu
+lower=$1 base=$2 size=$3 procs=$4
+shift 4
+if [ "$procs" != - ]; then echo $$ > "$procs" 2>/dev/null || true; fi
+mount -t tmpfs -o "size=${size}m,mode=0755" memrl-episode "$base"
+mkdir "$base/upper" "$base/work" "$base/root"
+mount -t overlay memrl-episode -o "lowerdir=$lower,upperdir=$base/upper,workdir=$base/work" "$base/root"
+exec "$@"
+'''
+
+
+class OverlayShell:
+    """A root shell over a throwaway overlay of `rootfs` (see the module docstring).
+
+    Args:
+        rootfs: the cached root file system (lower layer; never written).
+        scratch_dir: where the per-episode mount point is made (an empty folder, removed at close).
+        upper_size_mb: room for everything the episode writes (a tmpfs).
+        workdir: the directory every command starts in.
+        output_bytes: output bytes kept per command (the rest is dropped).
+        limits: per-process limits (CPU seconds, address space, file size).
+        pids_max: process cap for the episode through a pids cgroup when one can be made (0: off).
+        env: the commands' environment (default: what `docker exec` gives).
+    """
+
+    def __init__(self, rootfs: str | os.PathLike[str], *, scratch_dir: str | os.PathLike[str] | None = None,
+                 upper_size_mb: int = 1024, workdir: str = "/", output_bytes: int = 65536,
+                 limits: Limits = Limits(wall_s=0, cpu_s=None, memory_mb=4096, nproc=None, file_mb=256),
+                 pids_max: int = 1024, env: Mapping[str, str] | None = None) -> None:
+        why = overlay_available()
+        if why:
+            raise ShellError(why)
+        lower = Path(rootfs).resolve()
+        if not (lower / "bin").exists() or not (lower / "etc").is_dir():
+            raise ShellError(f"{lower} does not look like a root file system")
+        if re.search(r"[,:\\\s]", str(lower)):
+            raise ShellError(f"root file system path {lower} has a character overlay options cannot carry")
+        self.output_bytes = int(output_bytes)
+        self._base = Path(tempfile.mkdtemp(prefix="memrl-os-", dir=scratch_dir))
+        if re.search(r"[,:\\\s]", str(self._base)):
+            os.rmdir(self._base)
+            raise ShellError(f"scratch folder {self._base} has a character overlay options cannot carry")
+        self._lock = threading.Lock()
+        self._closed = False
+        self._cgroup = _PidsCgroup(pids_max)
+        server_argv = ["/bin/bash", "--noprofile", "--norc", "-c", SERVER, "memrl-shell", workdir,
+                       str(self.output_bytes)]
+        try:
+            cmd_procs = self._cgroup.cmd_procs_file
+            inner = rootfs_argv(server_argv, self._base / "root", env=dict(env or DEFAULT_ENV), cwd="/",
+                                hostname=HOSTNAME, binds=[(cmd_procs, CMD_CGROUP)] if cmd_procs else ())
+        except SandboxError as exc:
+            self._cgroup.remove()
+            self._cleanup_dirs()
+            raise ShellError(str(exc)) from exc
+        argv = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _SETUP,
+                "memrl-overlay", str(lower), str(self._base), str(int(upper_size_mb)),
+                self._cgroup.srv_procs_file, *inner]
+        try:
+            self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, preexec_fn=limits_preexec(limits),
+                                          start_new_session=True, env={"PATH": DOCKER_PATH})
+        except OSError as exc:
+            self._cgroup.remove()
+            self._cleanup_dirs()
+            raise ShellError(f"could not start the episode sandbox: {exc}") from exc
+        self._out = _Reader(self._proc.stdout)
+        self._err = _Reader(self._proc.stderr, cap=65536)
+        ready = self._out.wait_for(re.compile(rb"READY\n"), time.monotonic() + _START_TIMEOUT_S)
+        if ready is None:
+            detail = self._err.text().strip()[-800:]
+            self.close()
+            raise ShellError(f"the episode sandbox did not start: {detail or 'no message'}")
+        self._out.take(ready.end())
+
+    # -- commands ---------------------------------------------------------------------
+    def run(self, script: str, timeout_s: float) -> CommandResult:
+        """Run `script` with ``bash -c`` and wait for it (at most `timeout_s`, then it is killed).
+        Raises `ShellError` when the shell itself is gone or hangs."""
+        if "\0" in script:
+            return CommandResult(exit_code=2, output="the command contains a NUL character")
+        with self._lock:
+            if self._closed:
+                raise ShellError("the shell is closed")
+            data = script.encode("utf-8", errors="surrogateescape")
+            nonce = secrets.token_hex(16)
+            header = f"RUN {float(timeout_s):g} {len(data)} {nonce}\n".encode()
+            start = time.monotonic()
+            try:
+                self._proc.stdin.write(header + data)
+                self._proc.stdin.flush()
+            except (BrokenPipeError, OSError) as exc:
+                raise ShellError(f"the shell is gone ({exc}); {self._err.text().strip()[-300:]}") from exc
+            marker = re.compile(b"\n" + nonce.encode() + rb" (-?\d+)\n")
+            m = self._out.wait_for(marker, start + timeout_s + _GRACE_S)
+            seconds = time.monotonic() - start
+            if m is None:
+                gone = self._out.eof
+                detail = self._err.text().strip()[-300:]
+                raise ShellError(("the shell is gone" if gone else
+                                  f"the shell did not answer within {timeout_s + _GRACE_S:g} s")
+                                 + (f": {detail}" if detail else ""))
+            status, body_end = int(m.group(1)), m.start()  # read before the buffer changes
+            raw = self._out.take(m.end())[:body_end]
+        truncated = len(raw) > self.output_bytes
+        output = raw[: self.output_bytes].decode("utf-8", errors="replace")
+        # coreutils `timeout`: 124 after TERM, 137 when KILL was needed
+        timed_out = status in (124, 137) and seconds >= timeout_s - 0.05
+        return CommandResult(exit_code=None if timed_out else status, output=output, timed_out=timed_out,
+                             truncated=truncated, seconds=seconds)
+
+    # -- the end ------------------------------------------------------------------------
+    def close(self) -> None:
+        """End the episode: every process in it dies, the overlay and its upper layer go."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        proc = self._proc if hasattr(self, "_proc") else None
+        if proc is not None:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+            try:  # bwrap's group: killing it ends the PID namespace and so every process inside
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+            for reader in (self._out, self._err):
+                reader.thread.join(timeout=5)
+            for stream in (proc.stdout, proc.stderr):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        self._cgroup.remove()
+        self._cleanup_dirs()
+
+    def _cleanup_dirs(self) -> None:
+        # On the host the folder was only ever a mount point inside the episode's namespace.
+        for _ in range(20):
+            try:
+                os.rmdir(self._base)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.1)
+        shutil.rmtree(self._base, ignore_errors=True)
+
+    def __enter__(self) -> "OverlayShell":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
