@@ -116,6 +116,20 @@ def forgetting_mean(S: np.ndarray) -> float | None:
     return float(np.mean(fr)) if fr else None
 
 
+def outcome_counts(records: Sequence[EpisodeRecord]) -> dict[str, dict[str, int]]:
+    """Episodes per outcome class (the env's `info["outcome"]`: e.g. pass / fail / timeout /
+    env_error on BigCodeBench, judge_error on HLE) for each epoch, keyed by epoch as a string.
+    Empty when the env records no outcome classes (ALFWorld)."""
+    out: dict[str, dict[str, int]] = {}
+    for r in records:
+        outcome = (r.info or {}).get("outcome")
+        if outcome is None:
+            continue
+        per_epoch = out.setdefault(str(int(r.epoch)), {})
+        per_epoch[str(outcome)] = per_epoch.get(str(outcome), 0) + 1
+    return {e: dict(sorted(c.items())) for e, c in sorted(out.items(), key=lambda kv: int(kv[0]))}
+
+
 def compute_metrics(records: Sequence[EpisodeRecord], allow_missing: bool = False) -> dict[str, Any]:
     task_ids, epochs, S = success_matrix(records, allow_missing=allow_missing)
     tokens = {"prompt": 0, "completion": 0}
@@ -138,6 +152,7 @@ def compute_metrics(records: Sequence[EpisodeRecord], allow_missing: bool = Fals
         "tokens": tokens,
         "llm_calls": sum(int(r.llm_calls) for r in records),
         "missing_cells": [[t, e] for t, e in missing_cells(records)],
+        "outcomes": outcome_counts(records),
     }
 
 

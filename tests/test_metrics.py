@@ -98,7 +98,7 @@ def test_compute_metrics_keys_and_values() -> None:
     m = compute_metrics(recs)
     assert set(m) == {
         "sr", "last", "csr", "csr_curve", "forgetting", "forgetting_mean", "n_tasks", "epochs",
-        "n_episodes", "errored_episodes", "tokens", "llm_calls", "missing_cells",
+        "n_episodes", "errored_episodes", "tokens", "llm_calls", "missing_cells", "outcomes",
     }
     assert m["sr"] == pytest.approx([1 / 3, 2 / 3, 2 / 3])
     assert m["last"] == pytest.approx(2 / 3)
@@ -201,3 +201,19 @@ def test_cli_missing_episodes_file_exits_2(tmp_path: Path) -> None:
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "metrics.json").exists()
+
+
+def test_outcome_classes_are_counted_per_epoch() -> None:
+    from memrl.metrics import outcome_counts
+
+    def r(task: str, epoch: int, outcome: str | None) -> EpisodeRecord:
+        info = {"outcome": outcome} if outcome is not None else {}
+        return EpisodeRecord(epoch=epoch, batch=0, task_id=task, intent=task,
+                             success=outcome == "pass", reward=0.0, steps=1, info=info)
+
+    records = [r("a", 1, "pass"), r("b", 1, "env_error"), r("c", 1, "env_error"),
+               r("a", 2, "timeout"), r("b", 2, "pass"), r("c", 2, None)]
+    assert outcome_counts(records) == {"1": {"env_error": 2, "pass": 1},
+                                       "2": {"pass": 1, "timeout": 1}}
+    assert outcome_counts([r("a", 1, None)]) == {}
+    assert compute_metrics(records)["outcomes"]["1"]["env_error"] == 2
