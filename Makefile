@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 # torch first, CPU build: on a machine without a local wheel use e.g.
 #   make setup TORCH_INSTALL="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH_INSTALL ?= torch==2.13.0
-EXTRAS ?= local,alfworld,sweep,wandb,mem0,hle,lifelong,dev
+EXTRAS ?= local,alfworld,sweep,slurm,wandb,mem0,hle,lifelong,dev
 # ALFWorld data: $ALFWORLD_DATA if set; else the repo's sibling shared data (dev/CI); else
 # ALFWorld's own default download location.
 SHARED_DATA := $(abspath ../shared/data)
@@ -24,7 +24,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 
 STAMP := $(VENV)/.memrl-setup
 
-.PHONY: system-deps setup test data-hle reproduce-hle db-up db-down db-status gold-db rootfs gold-os reproduce-llb test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
+.PHONY: system-deps setup test transfer transfer-hle data-hle reproduce-hle db-up db-down db-status gold-db rootfs gold-os reproduce-llb test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
 
 setup: $(STAMP)
 
@@ -107,6 +107,23 @@ reproduce-llb: rootfs
 	$(PY) -m memrl.run -m experiment=llb_os_paper memory=$(LLB_METHODS) hydra.sweep.dir=multirun/llb_os_paper
 	$(PY) -m memrl.run -m experiment=llb_db_paper memory=$(LLB_METHODS) hydra.sweep.dir=multirun/llb_db_paper
 	$(PY) scripts/report.py multirun/llb_os_paper multirun/llb_db_paper --out results/llb_paper
+
+# Cross-model transfer (paper App. C.1): MODEL (an llm preset) evaluated on the bank of the
+# run FROM, frozen (retrieve only; FROM is read from a copy and never modified). EXPERIMENT:
+# the preset FROM was trained with (its memory module must be FROM's); ARGS: more overrides.
+# Running the same command again resumes the transfer run.
+TRANSFER_EPOCHS ?= 1
+TRANSFER_DIR ?= runs/transfer/$(notdir $(abspath $(FROM)))--to--$(MODEL)
+transfer: setup
+	@test -n "$(FROM)" && test -n "$(MODEL)" || { echo "usage: make transfer FROM=<run dir or bank> MODEL=<llm preset> [EXPERIMENT=<preset>] [TRANSFER_EPOCHS=1] [ARGS='<overrides>']"; exit 2; }
+	$(PY) -m memrl.run $(if $(EXPERIMENT),experiment=$(EXPERIMENT)) llm=$(MODEL) \
+	    memory.bank.init_from=$(abspath $(FROM)) memory.bank.frozen=true \
+	    runner.epochs=$(TRANSFER_EPOCHS) hydra.run.dir=$(TRANSFER_DIR) $(ARGS)
+
+# HLE: make transfer-hle FROM=<an hle_paper run dir> MODEL=<llm preset>
+transfer-hle:
+	$(MAKE) transfer EXPERIMENT=hle_paper FROM="$(FROM)" MODEL="$(MODEL)" \
+	    TRANSFER_DIR=runs/transfer-hle/$(notdir $(abspath $(FROM)))--to--$(MODEL)
 
 data-alfworld: setup
 	$(VENV)/bin/alfworld-download --data-dir "$(ALFWORLD_DATA)"

@@ -8,16 +8,18 @@ used (it would download a model): every add and query passes explicit embeddings
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .entry import BankUpdate, MemoryEntry
 
 _GET_PAGE = 2000
 _ADD_BATCH = 5000  # Chroma's maximum batch is 5,461
+SERVER_CLAIM = "server.json"  # in a run's bank dir when its bank lives in a Chroma server
 
 
 class BankSettings(BaseModel):
@@ -29,16 +31,61 @@ class BankSettings(BaseModel):
     port: int = 8000
     ef_search: int = Field(256, ge=1)
     ef_construction: int = Field(256, ge=1)
+    max_neighbors: int = Field(32, ge=2, description="HNSW M: links per node")
+    # Transfer (e.g. cross-model, paper App. C.1): seed this run's empty bank with a copy of
+    # another bank (a run directory, a bank directory or a .jsonl export); the source is
+    # never modified, and a resumed run does not seed again.
+    init_from: str | None = None
+    # Retrieve only: no utility updates, no new memories, no writer calls.
+    frozen: bool = False
+
+    @field_validator("init_from")
+    @classmethod
+    def _source_exists(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        if not Path(value).expanduser().exists():
+            raise ValueError(f"no such run directory, bank directory or .jsonl export: {value}")
+        return value
 
     def open(self, path: str | Path) -> "ChromaBank":
-        return ChromaBank(path, collection=self.collection, host=self.host, port=self.port,
-                          ef_search=self.ef_search, ef_construction=self.ef_construction)
+        """The bank of the run whose bank directory is `path`. With a server (`host`), the
+        entries live in the server's collection and `path` only keeps a claim file, so two
+        runs never write into one collection by accident (see `_claim_server_collection`)."""
+        bank = ChromaBank(path, collection=self.collection, host=self.host, port=self.port,
+                          ef_search=self.ef_search, ef_construction=self.ef_construction,
+                          max_neighbors=self.max_neighbors)
+        if self.host:
+            self._claim_server_collection(bank, Path(path))
+        return bank
+
+    def _claim_server_collection(self, bank: "ChromaBank", bank_dir: Path) -> None:
+        """A run owns its server collection: the first open of a run records the collection
+        in `<bank_dir>/server.json`; a collection that already holds entries and is not this
+        run's is refused (another run's memories would be mixed into this one)."""
+        claim = bank_dir / SERVER_CLAIM
+        where = {"host": self.host, "port": self.port, "collection": self.collection}
+        if claim.exists():
+            if json.loads(claim.read_text()) != where:
+                raise ValueError(f"memory.bank: this run's bank is {json.loads(claim.read_text())}, "
+                                 f"not {where}; a run cannot move to another collection")
+            return
+        if bank.count() > 0:
+            raise ValueError(f"memory.bank.collection: {self.collection!r} on {self.host}:{self.port} "
+                             f"already holds {bank.count()} entries of another run; give each run "
+                             "its own collection (memory.bank.collection=<name>)")
+        bank_dir.mkdir(parents=True, exist_ok=True)
+        tmp = claim.with_suffix(".tmp")
+        tmp.write_text(json.dumps(where))
+        os.replace(tmp, claim)
 
 
 class ChromaBank:
     def __init__(self, path: str | Path | None = None, *, collection: str = "memories",
                  host: str | None = None, port: int = 8000, ef_search: int = 256,
-                 ef_construction: int = 256, max_neighbors: int = 32):
+                 ef_construction: int = 256, max_neighbors: int = 32, create: bool = True):
+        """Open (and by default create) the collection. `create=False` opens an existing
+        collection with the search settings it was created with (bank tools, transfer)."""
         import chromadb
         from chromadb.config import Settings
 
@@ -50,6 +97,15 @@ class ChromaBank:
                 raise ValueError("ChromaBank needs a path (embedded) or a host (server)")
             Path(path).mkdir(parents=True, exist_ok=True)
             self.client = chromadb.PersistentClient(path=str(path), settings=settings)
+        if not create:
+            names = [c.name for c in self.client.list_collections()]
+            if collection not in names:
+                where = f"{host}:{port}" if host else str(path)
+                raise ValueError(f"no collection {collection!r} in the bank at {where} "
+                                 f"(it has: {', '.join(sorted(names)) or 'none'})")
+            self.col = self.client.get_collection(name=collection, embedding_function=None)
+            self.next_order = max((e.order for e in self.iter_entries()), default=-1) + 1
+            return
         # Search breadth must be fixed at creation: changing it later has no effect.
         self.col = self.client.get_or_create_collection(
             name=collection,
@@ -73,11 +129,12 @@ class ChromaBank:
         one intent), and the index returns an arbitrary subset of tied entries. So the query
         widens until everything tied with the k-th result is in hand, then cuts at k.
         """
-        n = self.count()
-        if n == 0 or k <= 0:
+        if k <= 0:
             return []
+        # No count() here: it costs a full table count (~4 ms at 100k entries), and Chroma
+        # answers an n_results above the bank's size with the whole bank.
         vec = [np.asarray(embedding, dtype=np.float32).tolist()]
-        want = min(k, n)
+        want = k
         while True:
             res = self.col.query(query_embeddings=vec, n_results=want,
                                  include=["metadatas", "documents", "distances"])
@@ -85,11 +142,11 @@ class ChromaBank:
                    for mid, doc, meta, dist in zip(res["ids"][0], res["documents"][0],
                                                    res["metadatas"][0], res["distances"][0])]
             out.sort(key=lambda p: (-round(p[1], 6), p[0].order))
-            if want >= n or len(out) < want:
-                return out[:k]  # the whole bank (or all the index has) is in hand
+            if len(out) < want:
+                return out[:k]  # the whole bank is in hand
             if round(out[-1][1], 6) < round(out[k - 1][1], 6):
                 return out[:k]  # the last result is below the k-th: no tie is cut off
-            want = min(n, want * 2)
+            want *= 2
 
     def get(self, ids: list[str], *, with_embeddings: bool = False) -> dict[str, MemoryEntry]:
         if not ids:
@@ -151,6 +208,12 @@ class ChromaBank:
                                 embeddings=[list(map(float, current[m].embedding)) for m in ids])
             elif ids:
                 self.col.update(ids=ids, metadatas=metas)
+
+    def close(self) -> None:
+        """Release the client (an embedded bank's files are closed once no client uses them)."""
+        close = getattr(self.client, "close", None)
+        if callable(close):
+            close()
 
     def export_jsonl(self, path: str | Path) -> int:
         n = 0

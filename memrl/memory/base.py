@@ -95,7 +95,15 @@ class MemoryModule(ABC):
 
 class BankedMemory(MemoryModule):
     """A module whose state is one `ChromaBank` under `<run_dir>/bank`, opened from the
-    `bank` block of its settings. Writes go through `apply` only (journaled, idempotent)."""
+    `bank` block of its settings. Writes go through `apply` only (journaled, idempotent).
+
+    Two bank options work the same for every banked module (transfer, e.g. cross-model as
+    in the paper's App. C.1, or a merged bank):
+    - `bank.init_from`: before anything else, an empty run bank is seeded with a copy of
+      another bank (`bankio.seed_once`: once per run; a resumed run keeps its own bank);
+    - `bank.frozen`: retrieve only. `plan` returns an empty update, `digest` writes nothing
+      (no model call), `apply` writes nothing, whatever the subclass does otherwise.
+    """
 
     @classmethod
     def build(cls, settings: Any, *, run_dir: Path, embedder: Any) -> "BankedMemory":
@@ -105,6 +113,37 @@ class BankedMemory(MemoryModule):
         self.s = settings
         self.embedder = embedder
         self.bank = settings.bank.open(bank_dir)
+        self.bank_facts: dict[str, Any] = {}
+        if settings.bank.init_from:
+            from .bankio import seed_once
+
+            self.bank_facts["init_from"] = seed_once(self.bank, bank_dir, settings.bank.init_from,
+                                                     embedder)
+        self.frozen = bool(settings.bank.frozen)
+        if self.frozen:
+            self.bank_facts["frozen"] = True
+            # Instance attributes win over the subclass's methods, so one switch here freezes
+            # every banked module without each of them having to check it.
+            self.plan = self._frozen_plan  # type: ignore[method-assign]
+            self.digest = self._frozen_digest  # type: ignore[method-assign]
+            self.apply = self._frozen_apply  # type: ignore[method-assign]
+        if self.bank_facts:
+            own_setup = self.setup
+
+            def setup(tasks: list[Task], seed: int = 0) -> dict[str, Any]:
+                return {**own_setup(tasks, seed=seed), "bank": dict(self.bank_facts)}
+
+            self.setup = setup  # type: ignore[method-assign]
+
+    def _frozen_plan(self, items: list[LearnItem]) -> BankUpdate:
+        return BankUpdate()
+
+    def _frozen_digest(self, task: Task, result: EpisodeResult, *, epoch: int,
+                       llm: "EpisodeLLM | None") -> dict[str, Any] | None:
+        return None
+
+    def _frozen_apply(self, update: BankUpdate) -> None:
+        return None
 
     def apply(self, update: BankUpdate) -> None:
         self.bank.apply(update)  # an added id that exists is replaced (upsert)

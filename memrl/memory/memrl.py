@@ -127,6 +127,8 @@ class MemRLMemory(BankedMemory):
                llm: "EpisodeLLM | None") -> dict[str, Any] | None:
         if not self.s.write_memories:
             return None
+        if result.errors and not self.s.learn_from_errors:
+            return None  # `plan` skips an errored episode: spend no writer call on it
         return self.writer.write(task.intent, result, llm if self.s.write_mode == "llm" else None)
 
     def reward(self, success: bool) -> float:

@@ -1,0 +1,336 @@
+"""Bank tools: `python -m memrl.bank <command> ...`.
+
+    top    RUN_OR_BANK [-n 10]          entries with the highest Q
+    hist   RUN [--bins 10]              Q histograms per epoch (see `q_per_epoch`)
+    export RUN_OR_BANK OUT.jsonl        every entry with id, intent, experience, Q, metadata,
+                                        embedding (+ OUT.jsonl.meta.json: embedder, model, ...)
+    import IN.jsonl BANK_DIR            a new bank directory from an export
+    merge  BANK_A BANK_B OUT [--labels os,db]
+                                        one bank with every entry of both; ids become
+                                        "<label>:<id>" so none collides (A's entries first)
+    copy   RUN --for-model NAME OUT     a standalone copy of a run's bank meant for another
+                                        model (cross-model transfer), with its provenance
+
+RUN_OR_BANK is a run directory, a bank directory (what import/merge/copy write) or a .jsonl
+export. Sources are read from a temporary copy and never modified.
+
+A copied or merged bank is used by a run through the bank options every banked memory has:
+    python -m memrl.run ... memory.bank.init_from=OUT memory.bank.frozen=true
+`init_from` seeds the new run's bank with a copy of OUT (ids prefixed "init:"); `frozen`
+makes the run retrieve only (no utility updates, no new memories).
+
+Memory merging across Lifelong OS and DB (paper App. C.2):
+    python -m memrl.bank merge runs/<os run> runs/<db run> merged_os_db --labels os,db
+    python -m memrl.run <OS preset> memory.bank.init_from=merged_os_db memory.bank.frozen=true
+    python -m memrl.run <DB preset> memory.bank.init_from=merged_os_db memory.bank.frozen=true
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from memrl.memory.bank import BankSettings, ChromaBank
+from memrl.memory.bankio import (BankSource, BankSourceError, check_dims, check_unique_ids,
+                                 fingerprint, read_entries, renamed, resolve, write_entries,
+                                 write_jsonl, write_meta)
+from memrl.memory.entry import MemoryEntry
+from memrl.records import iter_jsonl
+
+
+# ------------------------------------------------------------------------------ helpers
+def _hnsw(src: BankSource | None, args: argparse.Namespace) -> BankSettings:
+    """Search settings for a bank this tool creates: the flags, else the source's recorded
+    ones, else the defaults."""
+    recorded: dict[str, Any] = {}
+    if src is not None:
+        recorded = dict(src.meta.get("hnsw") or {})
+        if src.kind == "run" and src.meta.get("run_card"):
+            card = json.loads(Path(src.meta["run_card"]).read_text())
+            bank_cfg = ((card.get("config") or {}).get("memory") or {}).get("bank") or {}
+            recorded = {k: bank_cfg[k] for k in ("ef_search", "ef_construction", "max_neighbors")
+                        if k in bank_cfg}
+    chosen = {k: getattr(args, k) for k in ("ef_search", "ef_construction", "max_neighbors")
+              if getattr(args, k, None) is not None}
+    return BankSettings(collection=getattr(args, "collection_out", None) or "memories",
+                        **{**recorded, **chosen})
+
+
+def _new_bank(out: Path, settings: BankSettings) -> ChromaBank:
+    if out.exists() and any(out.iterdir()):
+        raise BankSourceError(f"{out}: exists and is not empty; choose a new directory")
+    return settings.open(out)
+
+
+def _hnsw_meta(s: BankSettings) -> dict[str, int]:
+    return {"ef_search": s.ef_search, "ef_construction": s.ef_construction,
+            "max_neighbors": s.max_neighbors}
+
+
+def _create(out: Path, entries: list[MemoryEntry], settings: BankSettings, meta: dict[str, Any]) -> int:
+    bank = _new_bank(out, settings)
+    try:
+        write_entries(bank, entries)
+        n = bank.count()
+    finally:
+        bank.close()
+    write_meta(out, {**meta, "collection": settings.collection, "entries": n,
+                     "fingerprint": fingerprint(entries), "hnsw": _hnsw_meta(settings)})
+    return n
+
+
+def _load(path: str, collection: str | None = None) -> tuple[BankSource, list[MemoryEntry]]:
+    src = resolve(path)
+    return src, read_entries(src, collection=collection)
+
+
+# ------------------------------------------------------------------------------ top
+def top_entries(entries: list[MemoryEntry], n: int) -> list[MemoryEntry]:
+    """Highest Q first; ties by more visits, then older."""
+    return sorted(entries, key=lambda e: (-e.q, -e.visits, e.order))[:n]
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    src, entries = _load(args.source, args.collection)
+    best = top_entries(entries, args.n)
+    if args.json:
+        print(json.dumps([{k: v for k, v in e.to_dict().items() if k != "embedding"} for e in best],
+                         indent=2, ensure_ascii=False))
+        return 0
+    print(f"{src.path} ({src.kind}): {len(entries)} entries; top {len(best)} by Q")
+    print(f"{'#':>3} {'Q':>8} {'visits':>6} {'ok':>3} {'epoch':>5}  {'id':<28} intent")
+    for i, e in enumerate(best, 1):
+        intent = e.intent if len(e.intent) <= 70 else e.intent[:67] + "..."
+        print(f"{i:>3} {e.q:>8.4f} {e.visits:>6} {'y' if e.success else 'n':>3} {e.epoch:>5}  "
+              f"{e.memory_id:<28} {intent}")
+        if args.full:
+            for line in e.experience.splitlines():
+                print(f"{'':>10}| {line}")
+    return 0
+
+
+# ------------------------------------------------------------------------------ hist
+def q_per_epoch(records: list[dict[str, Any]], entries: list[MemoryEntry]) -> dict[str, Any]:
+    """Q distributions per epoch from what a run keeps: its episode records and its final bank.
+
+    A bank stores only each memory's current Q, so the per-epoch picture is rebuilt:
+    - `injected[e]`: the Q of every memory injected in epoch e, as recorded at retrieval
+      (before that batch's update; one value per injection);
+    - `bank[e]`: the Q of every memory in the bank at the end of epoch e. A memory's Q changes
+      only when it is injected, and each injection records its Q as of batch start, so its
+      Q at the end of epoch e is the q recorded at its first injection after epoch e, or its
+      final Q if it was never injected again. Exact for every module that changes Q only
+      through injected memories (MemRL; the baselines never change Q); memories deleted
+      during the run are not in the final bank and are not counted. A memory written in
+      epoch e counts from epoch e on; memories seeded by `init_from` from epoch 0.
+    """
+    epochs = sorted({int(r["epoch"]) for r in records})
+    injected: dict[int, list[float]] = defaultdict(list)
+    later: dict[str, list[tuple[int, float]]] = defaultdict(list)  # id -> [(epoch, q)] in order
+    for r in records:
+        for m in r.get("injected") or []:
+            injected[int(r["epoch"])].append(float(m["q"]))
+            later[str(m["id"])].append((int(r["epoch"]), float(m["q"])))
+    bank: dict[int, list[float]] = {}
+    for ep in epochs:
+        values = []
+        for e in entries:
+            born = 0 if "init_from" in e.extra else e.epoch
+            if born > ep:
+                continue
+            nxt = next((q for (ie, q) in later.get(e.memory_id, []) if ie > ep), None)
+            values.append(e.q if nxt is None else nxt)
+        bank[ep] = values
+    return {"epochs": epochs, "bank": bank, "injected": {ep: injected.get(ep, []) for ep in epochs}}
+
+
+def _hist_rows(per_epoch: dict[int, list[float]], edges: np.ndarray) -> list[dict[str, Any]]:
+    rows = []
+    for ep, values in per_epoch.items():
+        counts = np.histogram(values, bins=edges)[0].tolist() if values else [0] * (len(edges) - 1)
+        rows.append({"epoch": ep, "n": len(values),
+                     "mean": float(np.mean(values)) if values else None, "counts": counts})
+    return rows
+
+
+def _print_hist(title: str, rows: list[dict[str, Any]], edges: np.ndarray) -> None:
+    print(title)
+    heads = [f"{edges[i]:+.2f}" for i in range(len(edges) - 1)]
+    print(f"{'epoch':>5} {'n':>6} {'mean':>7}  " + " ".join(f"{h:>6}" for h in heads)
+          + f"   (bin = [left edge, next edge); last bin closed at {edges[-1]:+.2f})")
+    for r in rows:
+        mean = f"{r['mean']:+.3f}" if r["mean"] is not None else "    -"
+        print(f"{r['epoch']:>5} {r['n']:>6} {mean:>7}  " + " ".join(f"{c:>6}" for c in r["counts"]))
+
+
+def cmd_hist(args: argparse.Namespace) -> int:
+    run = Path(args.run)
+    episodes = run / "episodes.jsonl"
+    if not episodes.exists():
+        raise BankSourceError(f"{run}: no episodes.jsonl (hist needs a run directory)")
+    records = list(iter_jsonl(episodes))
+    src, entries = _load(str(run), args.collection)
+    data = q_per_epoch(records, entries)
+    values = [q for vs in list(data["bank"].values()) + list(data["injected"].values()) for q in vs]
+    lo, hi = (min(values), max(values)) if values else (-1.0, 1.0)
+    if args.range:
+        lo, hi = args.range
+    if hi <= lo:
+        lo, hi = lo - 0.5, hi + 0.5
+    edges = np.linspace(lo, hi, args.bins + 1)
+    bank_rows = _hist_rows(data["bank"], edges)
+    inj_rows = _hist_rows(data["injected"], edges)
+    if args.json:
+        print(json.dumps({"edges": edges.tolist(), "bank": bank_rows, "injected": inj_rows}, indent=2))
+        return 0
+    print(f"{run}: {len(records)} episodes, {len(entries)} memories in the final bank")
+    _print_hist("Q of the memories in the bank at the end of each epoch (rebuilt from the "
+                "episode records; see q_per_epoch):", bank_rows, edges)
+    _print_hist("Q of injected memories at retrieval time (one value per injection):",
+                inj_rows, edges)
+    return 0
+
+
+# ------------------------------------------------------------------------------ export/import
+def cmd_export(args: argparse.Namespace) -> int:
+    src, entries = _load(args.source, args.collection)
+    meta = {**src.describe(), "entries": len(entries), "fingerprint": fingerprint(entries),
+            "hnsw": _hnsw_meta(_hnsw(src, argparse.Namespace()))}
+    n = write_jsonl(entries, args.out, meta=meta)
+    print(f"exported {n} entries from {src.path} to {args.out}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    src, entries = _load(args.source)
+    if src.kind != "jsonl":
+        raise BankSourceError(f"{args.source}: import reads a .jsonl export")
+    check_unique_ids(entries, str(src.path))
+    check_dims(entries, str(src.path))
+    settings = _hnsw(src, args)
+    n = _create(Path(args.out), entries, settings,
+                {"imported_from": str(src.path), "embedder": src.embedder, "model": src.model,
+                 "memory": src.memory})
+    print(f"imported {n} entries into {args.out}")
+    return 0
+
+
+# ------------------------------------------------------------------------------ merge/copy
+def merge_entries(parts: list[tuple[str, list[MemoryEntry]]]) -> list[MemoryEntry]:
+    """Every entry of every part, ids prefixed by the part's label, parts in order."""
+    out: list[MemoryEntry] = []
+    offset = 0
+    for label, entries in parts:
+        out += renamed(entries, f"{label}:", order_offset=offset, extra={"merged_from": label})
+        offset = max((e.order for e in out), default=-1) + 1
+    check_unique_ids(out, "merge")
+    return out
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    labels = [s.strip() for s in args.labels.split(",")] if args.labels else ["a", "b"]
+    if len(labels) != 2 or len(set(labels)) != 2 or not all(labels):
+        raise BankSourceError(f"--labels: two different non-empty labels expected (got {args.labels!r})")
+    (src_a, ents_a), (src_b, ents_b) = _load(args.a), _load(args.b)
+    if src_a.embedder and src_b.embedder and src_a.embedder != src_b.embedder:
+        raise BankSourceError(f"cannot merge banks embedded by {src_a.embedder!r} and {src_b.embedder!r}")
+    merged = merge_entries([(labels[0], ents_a), (labels[1], ents_b)])
+    check_dims(merged, "merge")
+    n = _create(Path(args.out), merged, _hnsw(src_a, args),
+                {"merged_from": {labels[0]: src_a.describe(), labels[1]: src_b.describe()},
+                 "embedder": src_a.embedder or src_b.embedder,
+                 "memory": src_a.memory if src_a.memory == src_b.memory else None})
+    print(f"merged {len(ents_a)} ({labels[0]}) + {len(ents_b)} ({labels[1]}) entries into {args.out}: {n}")
+    return 0
+
+
+def cmd_copy(args: argparse.Namespace) -> int:
+    src, entries = _load(args.source, args.collection)
+    n = _create(Path(args.out), entries, _hnsw(src, args),
+                {"copied_from": src.describe(), "model": src.model, "for_model": args.for_model,
+                 "embedder": src.embedder, "memory": src.memory})
+    print(f"copied {n} entries from {src.path} (model {src.model}) for {args.for_model} to {args.out}\n"
+          f"use: python -m memrl.run ... llm={args.for_model} memory={src.memory or '<same memory>'} "
+          f"memory.bank.init_from={args.out} memory.bank.frozen=true")
+    return 0
+
+
+# ------------------------------------------------------------------------------ CLI
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m memrl.bank", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def hnsw_flags(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--ef-search", dest="ef_search", type=int, default=None)
+        sp.add_argument("--ef-construction", dest="ef_construction", type=int, default=None)
+        sp.add_argument("--max-neighbors", dest="max_neighbors", type=int, default=None)
+        sp.add_argument("--collection-out", default=None, help="collection name (memories)")
+
+    sp = sub.add_parser("top", help="entries with the highest Q")
+    sp.add_argument("source")
+    sp.add_argument("-n", type=int, default=10)
+    sp.add_argument("--full", action="store_true", help="print the experiences too")
+    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--collection", default=None)
+    sp.set_defaults(fn=cmd_top)
+
+    sp = sub.add_parser("hist", help="Q histograms per epoch of a run")
+    sp.add_argument("run")
+    sp.add_argument("--bins", type=int, default=10)
+    sp.add_argument("--range", type=float, nargs=2, metavar=("LO", "HI"), default=None)
+    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--collection", default=None)
+    sp.set_defaults(fn=cmd_hist)
+
+    sp = sub.add_parser("export", help="a bank as JSONL")
+    sp.add_argument("source")
+    sp.add_argument("out")
+    sp.add_argument("--collection", default=None)
+    sp.set_defaults(fn=cmd_export)
+
+    sp = sub.add_parser("import", help="a new bank directory from a JSONL export")
+    sp.add_argument("source")
+    sp.add_argument("out")
+    hnsw_flags(sp)
+    sp.set_defaults(fn=cmd_import)
+
+    sp = sub.add_parser("merge", help="two banks into a new one")
+    sp.add_argument("a")
+    sp.add_argument("b")
+    sp.add_argument("out")
+    sp.add_argument("--labels", default=None, help="id prefixes for A and B, e.g. os,db (default a,b)")
+    hnsw_flags(sp)
+    sp.set_defaults(fn=cmd_merge)
+
+    sp = sub.add_parser("copy", help="a run's bank as a standalone bank for another model")
+    sp.add_argument("source")
+    sp.add_argument("--for-model", required=True, help="the llm preset the copy is meant for")
+    sp.add_argument("out")
+    sp.add_argument("--collection", default=None)
+    hnsw_flags(sp)
+    sp.set_defaults(fn=cmd_copy)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if getattr(args, "n", 1) < 1 or getattr(args, "bins", 1) < 1:
+        print("memrl.bank: -n and --bins must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        return int(args.fn(args))
+    except BankSourceError as exc:
+        print(f"memrl.bank: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

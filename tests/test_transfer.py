@@ -1,0 +1,190 @@
+"""Transfer through the bank options every banked memory has: `bank.init_from` seeds a new
+run's bank with a copy of another bank (once: a resumed run keeps its own), `bank.frozen`
+makes a run retrieve only. Cross-model transfer (paper App. C.1) is both together with
+another model; the source is never modified."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_bank_tools import EMB, train, tree_hash
+from tiny_env import TinyEnv, reply
+
+from memrl.embed import HashingEmbedder
+from memrl.llm.client import LLMClient
+from memrl.llm.scripted import ScriptedBackend
+from memrl.memory.bank import BankSettings
+from memrl.memory.bankio import SEED_MARKER, BankSourceError, read_entries, resolve
+from memrl.memory.base import LearnItem
+from memrl.memory.memrl import MemRLMemory, MemRLSettings
+from memrl.records import EpisodeResult, Task, read_episodes
+from memrl.runner import Runner, RunnerSettings
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE_CONFIGS = REPO / "tests" / "fixtures" / "configs"
+
+
+def seeded(run_dir: Path, source: Path, *, frozen: bool, embedder=EMB) -> MemRLMemory:
+    bank = BankSettings(init_from=str(source), frozen=frozen)
+    return MemRLMemory(MemRLSettings(delta=0.0, k1=4, k2=2, bank=bank), bank_dir=run_dir / "bank",
+                       embedder=embedder)
+
+
+def play(run_dir: Path, memory: MemRLMemory, *, epochs: int, model: str = "scripted-b") -> ScriptedBackend:
+    backend = ScriptedBackend(reply, model_id=model)
+    env = TinyEnv(n_tasks=6)
+    memory.setup(env.tasks())
+    Runner(run_dir, env=env, memory=memory, llm=LLMClient(backend, max_concurrency=2, max_retries=0),
+           settings=RunnerSettings(epochs=epochs, batch_size=2, progress=False), seed=5,
+           embed_intents=EMB.embed).run(env.tasks())
+    return backend
+
+
+def prefixed(snapshot: list[dict]) -> list[dict]:
+    return [{**e, "id": "init:" + e["id"]} for e in snapshot]
+
+
+def test_frozen_transfer_uses_the_source_bank_as_is(tmp_path):
+    source = tmp_path / "a"
+    trained = train(source, epochs=2)
+    src_snapshot, src_hash = trained.snapshot(), tree_hash(source)
+    mem = seeded(tmp_path / "b", source, frozen=True)
+    facts = mem.setup(TinyEnv(n_tasks=6).tasks())
+    assert facts["bank"]["frozen"] is True
+    assert facts["bank"]["init_from"]["entries"] == len(src_snapshot) == 12
+    assert facts["bank"]["init_from"]["source"]["model"] == "scripted-a"
+    play(tmp_path / "b", mem, epochs=2)
+    recs = read_episodes(tmp_path / "b" / "episodes.jsonl")
+    assert len(recs) == 12
+    assert all(r.llm_calls == 1 for r in recs)  # act only: a frozen bank writes no memories
+    injected = [m["id"] for r in recs for m in r.injected]
+    assert injected and all(i.startswith("init:") for i in injected)
+    assert mem.snapshot() == prefixed(src_snapshot)  # no Q update, no visit, no new entry
+    assert tree_hash(source) == src_hash  # the source run is untouched
+
+
+def test_unfrozen_seed_keeps_learning_without_replacing_seeded_memories(tmp_path):
+    source = tmp_path / "a"
+    src_snapshot = train(source, epochs=1).snapshot()
+    mem = seeded(tmp_path / "b", source, frozen=False)
+    play(tmp_path / "b", mem, epochs=1)
+    snap = {e["id"]: e for e in mem.snapshot()}
+    seeded_ids = {"init:" + e["id"] for e in src_snapshot}
+    assert seeded_ids <= set(snap)  # the new run's e001:* memories did not overwrite them
+    assert {i for i in snap if not i.startswith("init:")} == {f"e001:t{i}" for i in range(6)}
+    assert any(snap[i]["visits"] > 0 for i in seeded_ids)  # seeded memories are updated
+
+
+def test_resume_does_not_seed_again(tmp_path):
+    source = tmp_path / "a"
+    train(source, epochs=1)
+    straight = seeded(tmp_path / "straight", source, frozen=False)
+    play(tmp_path / "straight", straight, epochs=2)
+
+    first = seeded(tmp_path / "resumed", source, frozen=False)
+    play(tmp_path / "resumed", first, epochs=1)
+    after_one = first.snapshot()
+    train(source, epochs=2)  # the source moves on: a resumed run must not pick that up
+    again = seeded(tmp_path / "resumed", source, frozen=False)  # a new process, same run
+    assert again.snapshot() == after_one  # nothing re-seeded at start
+    play(tmp_path / "resumed", again, epochs=2)
+    assert again.snapshot() == straight.snapshot()  # same end state as one session
+    marker = json.loads((tmp_path / "resumed" / "bank" / SEED_MARKER).read_text())
+    assert marker["status"] == "done" and marker["entries"] == 6
+
+
+def test_a_seed_interrupted_while_copying_is_completed(tmp_path):
+    source = tmp_path / "a"
+    train(source, epochs=1)
+    full = seeded(tmp_path / "full", source, frozen=True).snapshot()
+    partial = tmp_path / "partial" / "bank"
+    from memrl.memory.bankio import renamed, write_entries
+    from memrl.memory.bank import ChromaBank
+    write_entries(ChromaBank(partial), renamed(read_entries(resolve(source))[:2], "init:"))
+    (partial / SEED_MARKER).write_text(json.dumps({"status": "copying"}))
+    assert seeded(tmp_path / "partial", source, frozen=True).snapshot() == full
+
+
+def test_seeding_refuses_a_bank_that_already_holds_memories(tmp_path):
+    source = tmp_path / "a"
+    train(source, epochs=1)
+    own = tmp_path / "b"
+    train(own, epochs=1)  # a run with its own memories and no seed marker
+    with pytest.raises(BankSourceError, match="already holds"):
+        seeded(own, source, frozen=False)
+
+
+def test_seeding_refuses_another_embedder(tmp_path):
+    source = tmp_path / "a"
+    train(source, epochs=1)
+    with pytest.raises(BankSourceError, match="hashing-32.*hashing-64"):
+        seeded(tmp_path / "b", source, frozen=True, embedder=HashingEmbedder(dim=64))
+    # a bare export without provenance: the vector size is still checked
+    from memrl.bank import main as bank_main
+    out = tmp_path / "a.jsonl"
+    bank_main(["export", str(source), str(out)])
+    out.with_name("a.jsonl.meta.json").unlink()
+    with pytest.raises(BankSourceError, match="32 dimensions"):
+        seeded(tmp_path / "c", out, frozen=True, embedder=HashingEmbedder(dim=64))
+    assert len(seeded(tmp_path / "d", out, frozen=True).snapshot()) == 6
+
+
+def test_frozen_is_generic_for_banked_baselines(tmp_path):
+    from memrl_baselines.rag import RAGMemory, RAGSettings
+
+    bank = BankSettings(frozen=True)
+    rag = RAGMemory(RAGSettings(k=2, bank=bank), bank_dir=tmp_path / "bank", embedder=EMB)
+    task = Task("t0", "stack the red block on the table")
+    result = EpisodeResult(success=True, reward=1.0, steps=1)
+    assert rag.digest(task, result, epoch=1, llm=None) is None
+    update = rag.plan([LearnItem(task=task, result=result, injected=[], epoch=1,
+                                 digest={"experience": "x"}, embedding=EMB.embed([task.intent])[0].tolist())])
+    assert update.is_empty()
+    unfrozen = RAGMemory(RAGSettings(k=2), bank_dir=tmp_path / "bank2", embedder=EMB)
+    assert not unfrozen.plan([LearnItem(task=task, result=result, injected=[], epoch=1,
+                                        digest=unfrozen.digest(task, result, epoch=1, llm=None),
+                                        embedding=EMB.embed([task.intent])[0].tolist())]).is_empty()
+
+
+def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tests"), "MEMRL_CACHE_DIR": str(cwd / "cache"),
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    base = ["env=tiny", "llm=scripted", "embedder=hashing", "retrieval.delta=0.0", "runner.progress=false",
+            f"hydra.searchpath=[file://{FIXTURE_CONFIGS}]"]
+    return subprocess.run([sys.executable, "-m", "memrl.run", *base, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_transfer_command_end_to_end_and_resume(tmp_path):
+    """The command `make transfer` runs: a run, then another model on its frozen bank."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    out = run_cli(["runner.epochs=2", f"hydra.run.dir={a}"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    src_hash = tree_hash(a / "bank")
+    cmd = ["llm.model=scripted-b", f"memory.bank.init_from={a}", "memory.bank.frozen=true",
+           "runner.epochs=1", f"hydra.run.dir={b}"]
+    out = run_cli(cmd, tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    card = json.loads((b / "run_card.json").read_text())
+    assert card["model"] == "scripted-b"
+    assert card["memory_setup"]["bank"]["init_from"]["source"]["model"] == "scripted-a"
+    assert card["config"]["memory"]["bank"]["frozen"] is True
+    recs = read_episodes(b / "episodes.jsonl")
+    assert len(recs) == 4 and all(r.llm_calls == 1 for r in recs)
+    assert any(m["id"].startswith("init:") for r in recs for m in r.injected)
+    assert tree_hash(a / "bank") == src_hash
+    seeded_at = json.loads((b / "bank" / SEED_MARKER).read_text())["seeded_at"]
+    # the same command again: a finished run, not seeded again
+    out = run_cli(cmd, tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads((b / "bank" / SEED_MARKER).read_text())["seeded_at"] == seeded_at
+    assert len(read_episodes(b / "episodes.jsonl")) == 4
+    # a missing source is a config error naming the key, before anything runs
+    out = run_cli([f"memory.bank.init_from={tmp_path / 'nope'}", f"hydra.run.dir={tmp_path / 'c'}"], tmp_path)
+    assert out.returncode == 2 and "memory.bank.init_from" in out.stderr
