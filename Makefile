@@ -24,7 +24,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 
 STAMP := $(VENV)/.memrl-setup
 
-.PHONY: system-deps setup test transfer transfer-hle data-hle reproduce-hle db-up db-down db-status gold-db rootfs gold-os reproduce-llb test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
+.PHONY: system-deps setup test merge-llb transfer transfer-hle data-hle reproduce-hle db-up db-down db-status gold-db rootfs gold-os reproduce-llb test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
 
 setup: $(STAMP)
 
@@ -124,6 +124,19 @@ transfer: setup
 transfer-hle:
 	$(MAKE) transfer EXPERIMENT=hle_paper FROM="$(FROM)" MODEL="$(MODEL)" \
 	    TRANSFER_DIR=runs/transfer-hle/$(notdir $(abspath $(FROM)))--to--$(MODEL)
+
+# Memory merging (paper App. C.2): merge the final banks of an OS run and a DB run (same
+# embedder), then evaluate each benchmark on the merged bank, frozen, with its paper preset.
+#   make merge-llb OS_RUN=multirun/llb_os_paper/<run> DB_RUN=multirun/llb_db_paper/<run>
+MERGED_BANK ?= runs/merged_llb/bank
+merge-llb: rootfs
+	@test -n "$(OS_RUN)" && test -n "$(DB_RUN)" || { echo "usage: make merge-llb OS_RUN=<os run dir> DB_RUN=<db run dir> [MERGED_BANK=...] [ARGS='<overrides>']"; exit 2; }
+	$(PY) -m memrl.bank merge $(OS_RUN) $(DB_RUN) $(MERGED_BANK) --labels os,db
+	$(PY) -m memrl.run experiment=llb_os_paper memory.bank.init_from=$(abspath $(MERGED_BANK)) \
+	    memory.bank.frozen=true runner.epochs=1 hydra.run.dir=runs/merged_llb/os $(ARGS)
+	$(PY) -m memrl.run experiment=llb_db_paper memory.bank.init_from=$(abspath $(MERGED_BANK)) \
+	    memory.bank.frozen=true runner.epochs=1 hydra.run.dir=runs/merged_llb/db $(ARGS)
+	$(PY) scripts/report.py runs/merged_llb --out results/merged_llb
 
 data-alfworld: setup
 	$(VENV)/bin/alfworld-download --data-dir "$(ALFWORLD_DATA)"
