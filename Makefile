@@ -24,7 +24,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 
 STAMP := $(VENV)/.memrl-setup
 
-.PHONY: system-deps setup test merge-llb transfer transfer-hle data-hle reproduce-hle db-up db-down db-status gold-db rootfs gold-os reproduce-llb test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
+.PHONY: system-deps setup test bench-throughput bench-memory merge-llb transfer transfer-hle data-hle reproduce-hle db-up db-down db-status gold-db rootfs gold-os reproduce-llb test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
 
 setup: $(STAMP)
 
@@ -158,6 +158,13 @@ sweep-lambda: setup
 	    env.split=valid_seen env.max_tasks=2 env.max_steps=8 memory.delta=auto runner.epochs=2 \
 	    runner.progress=false hydra.sweep.dir=$(SWEEP_DIR)
 	$(MAKE) report RUNS=$(SWEEP_DIR) OUT=$(SWEEP_DIR)/report
+
+# measured figures (issue 7): one ALFWorld epoch against the local fault-injecting server at
+# concurrency 1/8/32; memory-bank latency and recall at 10k and 100k entries
+bench-throughput: setup
+	$(PY) scripts/bench_throughput.py
+bench-memory: setup
+	$(PY) scripts/bench_memory.py
 
 clean-runs:
 	rm -rf runs multirun

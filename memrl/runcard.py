@@ -1,5 +1,7 @@
 """The run card: what produced a run directory (config, versions, commit, model, embedder,
-data fingerprint) and what it cost (model calls, cache hits, tokens), per session."""
+data fingerprint) and what it cost (model calls, cache hits, tokens), per session; what the
+model calls met (`fault_totals`: faults by kind, see memrl.faults) and the episodes recorded
+(`episodes`: how many, how many errored, by kind)."""
 
 from __future__ import annotations
 
@@ -70,3 +72,16 @@ def totals(sessions: list[dict[str, Any]]) -> dict[str, float]:
             if isinstance(v, (int, float)):
                 out[k] = out.get(k, 0) + v
     return out
+
+
+def episodes_summary(run_dir: Path) -> dict[str, Any]:
+    """Episodes recorded so far, how many ended errored (a model call that failed after its
+    retries, an env crash) and their first errors by kind (see memrl.faults)."""
+    from memrl.faults import episode_summary
+    from memrl.records import iter_jsonl
+
+    path = Path(run_dir) / "episodes.jsonl"
+    try:
+        return episode_summary(iter_jsonl(path))
+    except (OSError, ValueError) as exc:  # the card is written on the way out: never raise
+        return {"error": f"{type(exc).__name__}: {exc}"}

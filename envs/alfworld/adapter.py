@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from memrl.llm.base import LLMError
 from memrl.records import EpisodeResult, RetrievedMemory, Step, Task
 
-from . import catalog
+from . import catalog, speedups
 from .game import AlfworldGame, expert_rng_guard, seed_expert_rng, split_initial_observation
 from .prompts import (
     PROMPTS_FILENAME,
@@ -87,6 +87,7 @@ class AlfworldEnv:
         self.task_ids = list(task_ids) if task_ids is not None else None
         self.intent_with_observation = intent_with_observation
         self.cache = catalog.GameInfoCache(cache_dir)
+        speedups.set_disk_dir(self.cache.path.parent)  # PDDL translations, next to the game facts
         self.demo_index = demo_index
         self.num_demos = num_demos
         self.max_tokens = max_tokens
@@ -202,6 +203,7 @@ class AlfworldEnv:
         errors: list[str] = []
         won = done = False
         env_steps = 0
+        empty_actions = 0  # replies with no parseable action (empty or blank): a wasted step
         task_start = ""
         game = AlfworldGame(str(entry.game_file), max_env_steps=self.max_steps, with_expert=expert)
         try:
@@ -221,6 +223,7 @@ class AlfworldEnv:
                         errors.append(f"LLMError at step {len(transcript) + 1}: {exc}")
                         break
                     action = parse_action(reply or "")
+                    empty_actions += not action
                 if is_think(action):
                     observation = "OK."
                 else:
@@ -244,6 +247,7 @@ class AlfworldEnv:
                 "agent": self.agent,
                 "truncated": truncated,
                 "env_steps": env_steps,
+                "empty_actions": empty_actions,
                 "initial_observation": task_start,
                 "memories_injected": 0 if expert else len(memories),
             },

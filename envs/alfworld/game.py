@@ -11,8 +11,10 @@ Thread safety. TextWorld's PDDL backend is not thread-safe: every ``load``/``res
 to SAS translation mutates global translator options, ``sys.argv`` and ``sys.stdout``.
 Concurrent games corrupt each other (observed: parse errors and wrong observations).
 So every call into TextWorld holds ``TEXTWORLD_LOCK``; the slow part of an LLM episode
-(the model call) runs outside it. ALFWorld's handcoded expert draws from Python's global
-``random``: expert episodes additionally hold ``EXPERT_LOCK`` for their whole duration.
+(the model call) runs outside it. What runs inside it is kept short by ``speedups`` (cached
+parses and translations: a step takes a few ms instead of tens). ALFWorld's handcoded expert
+draws from Python's global ``random``: expert episodes additionally hold ``EXPERT_LOCK`` for
+their whole duration.
 
 Memory. Each TextWorld PDDL environment ``dlopen``s a private ~34 MB copy of
 fast-downward's library and never releases it (``dlclose`` crashes at interpreter exit),
@@ -28,6 +30,8 @@ import sys
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
+
+from . import speedups
 
 TEXTWORLD_LOCK = threading.RLock()
 EXPERT_LOCK = threading.Lock()
@@ -53,6 +57,7 @@ def _textworld_modules() -> dict[str, Any]:
         raise ImportError(
             "The ALFWorld env needs the `alfworld` package (pip install 'memrl-harness[alfworld]')."
         ) from exc
+    speedups.install()
     return {
         "EnvInfos": textworld.EnvInfos,
         "GenericEnvironment": GenericEnvironment,

@@ -98,7 +98,10 @@ def _header(headers: Any, name: str) -> str | None:
 def retry_after_seconds(exc: BaseException) -> float | None:
     """Seconds the server asked us to wait (Retry-After / retry-after-ms), if it said."""
     response = getattr(exc, "response", None)
-    for headers in (getattr(exc, "headers", None), getattr(response, "headers", None)):
+    # litellm keeps the provider's headers in `litellm_response_headers`; the openai SDK in
+    # `response.headers`
+    for headers in (getattr(exc, "headers", None), getattr(exc, "litellm_response_headers", None),
+                    getattr(response, "headers", None)):
         ms = _header(headers, "retry-after-ms")
         if ms is not None:
             try:

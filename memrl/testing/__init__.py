@@ -1,0 +1,1 @@
+"""Test fixtures that ship with the package (importable by tests and scripts)."""
