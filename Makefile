@@ -23,8 +23,13 @@ export TOKENIZERS_PARALLELISM := false
 export OPENBLAS_NUM_THREADS ?= 1
 
 STAMP := $(VENV)/.memrl-setup
+# BigCodeBench's checker, --no-deps: its full install pulls vllm and CUDA stacks; evaluating
+# needs only numpy + matplotlib (core) and these small packages
+BCB_CHECKER ?= bigcodebench==0.2.5
+BCB_CHECKER_DEPS ?= appdirs==1.4.4 fire==0.7.1 multipledispatch==1.0.0 pqdm==0.2.0 tempdir==0.7.1 \
+	termcolor==3.3.0 tree-sitter==0.26.1 tree-sitter-python==0.25.0 wget==3.2 bounded-pool-executor==0.0.3
 
-.PHONY: system-deps setup test bench-throughput bench-memory merge-llb transfer transfer-hle data-hle reproduce-hle db-up db-down db-status gold-db rootfs gold-os reproduce-llb test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
+.PHONY: system-deps setup test bcb-eval-deps bcb-canonical reproduce-bcb bench-throughput bench-memory merge-llb transfer transfer-hle data-hle reproduce-hle db-up db-down db-status gold-db rootfs gold-os reproduce-llb test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
 
 setup: $(STAMP)
 
@@ -35,6 +40,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q $(TORCH_INSTALL)
 	@echo "installing memrl and its extras ($(EXTRAS)); llama-cpp-python compiles on first install (~7 min on 2 cores)"
 	$(PIP) install -q -e ".[$(EXTRAS)]"
+	$(PIP) install -q --no-deps $(BCB_CHECKER) $(BCB_CHECKER_DEPS)
 	touch $(STAMP)
 
 # Debian packages the real environments need: bubblewrap (sandbox for model-written code and
@@ -137,6 +143,22 @@ merge-llb: rootfs
 	$(PY) -m memrl.run experiment=llb_db_paper memory.bank.init_from=$(abspath $(MERGED_BANK)) \
 	    memory.bank.frozen=true runner.epochs=1 hydra.run.dir=runs/merged_llb/db $(ARGS)
 	$(PY) scripts/report.py runs/merged_llb --out results/merged_llb
+
+# BigCodeBench: the libraries its tests import (CPU only), the canonical-solution check at 1 and
+# 2 workers, and MemRL + baselines with the paper's settings (GPT-4o; OPENAI_API_KEY).
+# Offline, on the shared 103-task file (already the train part of the seed-42 split):
+#   make reproduce-bcb BCB_ARGS="env.data_path=../shared/data/bigcodebench/bigcodebench_hard_train.jsonl env.part=all"
+bcb-eval-deps: setup
+	$(PIP) install -q -e ".[bcb-eval]"
+	$(PIP) install -q --no-deps $(BCB_CHECKER)
+bcb-canonical: bcb-eval-deps
+	$(PY) scripts/bcb_canonical.py --workers 1 2
+BCB_METHODS ?= $(ALFWORLD_METHODS)
+BCB_SWEEP ?= multirun/bcb_paper
+BCB_ARGS ?=
+reproduce-bcb: bcb-eval-deps
+	$(PY) -m memrl.run -m experiment=bcb_paper memory=$(BCB_METHODS) $(BCB_ARGS) hydra.sweep.dir=$(BCB_SWEEP)
+	$(PY) scripts/report.py $(BCB_SWEEP) --out results/bcb_paper
 
 data-alfworld: setup
 	$(VENV)/bin/alfworld-download --data-dir "$(ALFWORLD_DATA)"

@@ -35,7 +35,8 @@ def build(v: Validated, run_dir: Path) -> Built:
     if v.runner.mode == "transfer":
         try:
             eval_settings = v.env_cls.Settings.model_validate(
-                {**v.env.model_dump(), "split": v.runner.eval_split, "max_tasks": v.runner.eval_max_tasks})
+                {**v.env.model_dump(), getattr(v.env_cls, "EVAL_SPLIT_FIELD", "split"): v.runner.eval_split,
+                 "max_tasks": v.runner.eval_max_tasks})
         except ValidationError as exc:
             raise ConfigError(f"runner.eval_split: {exc.errors()[0]['msg']}") from exc
         eval_env = v.env_cls(**eval_settings.model_dump(exclude={"name"}), agent=v.agent.name)

@@ -79,7 +79,9 @@ class Runner:
         self.episodes_path = self.dir / "episodes.jsonl"
         self.ckpt_path = self.state_dir / "checkpoint.json"
         self.journal_path = self.state_dir / "journal.json"
-        self.workers = llm.max_concurrency if llm is not None else 1
+        # episodes of one batch in parallel: as many as the model serves at once; with no
+        # model (oracle agents) as many as the env says it can run (e.g. sandboxes per core)
+        self.workers = llm.max_concurrency if llm is not None else int(getattr(env, "parallel_episodes", 1))
         self._embeddings: dict[str, list[float]] = {}
         self._solved: set[str] = set()
 

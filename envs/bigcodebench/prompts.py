@@ -1,0 +1,69 @@
+"""The code-writing prompt: past experiences (injected memories), the task, and an opening
+```python fence, so a chat model answers with a code block and a base model (text completion)
+simply continues with code. The complete split puts the function header inside that fence.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from memrl.records import RetrievedMemory
+
+from .loader import BCBProblem
+
+MEMORY_OPEN = "=== Past experiences (from memory; use them only where they fit this task) ==="
+MEMORY_CLOSE = "=== End of past experiences ==="
+_INSTRUCT = ("Write one self-contained Python script that solves the task below: the imports it "
+             "needs, then the function exactly as the task specifies it. Answer with the code "
+             "in a single ```python block.")
+_COMPLETE = ("Complete the Python function below so that it does what its docstring says; keep "
+             "the imports and the signature. Answer with the whole function in a single "
+             "```python block.")
+FENCE = "```python\n"
+
+
+def _shorten(text: str, limit: int) -> str:
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return text[:half] + "\n[...]\n" + text[-half:]
+
+
+def format_memories(memories: Sequence[RetrievedMemory], max_chars_each: int = 2500) -> str:
+    """The block of injected memories; empty string when there are none."""
+    if not memories:
+        return ""
+    lines = [MEMORY_OPEN]
+    for i, mem in enumerate(memories, 1):
+        lines.append(f"--- Experience {i} (earlier task: {_shorten(mem.intent, 300)}) ---")
+        lines.append(_shorten(mem.experience, max_chars_each))
+    lines.append(MEMORY_CLOSE)
+    return "\n".join(lines)
+
+
+def task_intent(problem: BCBProblem, split: str) -> str:
+    """What retrieval embeds: the natural-language task (instruct prompt without its code
+    header; for the complete split, the same description)."""
+    text = problem.instruct_prompt or problem.complete_prompt
+    head, sep, _ = text.partition("You should write self-contained code starting with")
+    return (head if sep else text).strip()
+
+
+def build_prompt(problem: BCBProblem, split: str, memories: Sequence[RetrievedMemory]) -> str:
+    """Memories, instruction, task; ends inside an opened ```python fence."""
+    parts = []
+    block = format_memories(memories)
+    if block:
+        parts.append(block)
+    if split == "complete":
+        parts.append(_COMPLETE)
+        return "\n\n".join(parts) + "\n\n" + FENCE + completion_prefix(problem, split)
+    parts.append(_INSTRUCT)
+    parts.append("Task:\n" + problem.instruct_prompt.strip())
+    return "\n\n".join(parts) + "\n\nSolution:\n" + FENCE
+
+
+def completion_prefix(problem: BCBProblem, split: str) -> str:
+    """The code the prompt already wrote inside the fence (a bare continuation follows it)."""
+    return problem.complete_prompt.rstrip("\n") + "\n" if split == "complete" else ""

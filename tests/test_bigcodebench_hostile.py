@@ -1,0 +1,269 @@
+"""Hostile code through the whole BigCodeBench episode path: a scripted model returns it as its
+solution; the adapter extracts it and runs the task's tests on it with bigcodebench's checker
+in the sandbox. Each attempt must be contained, recorded as a failed episode, and leave the
+host as it was. The code reports what it tried in the exception it raises, so the episode's
+recorded reason shows each attempt was refused (not merely skipped)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from memrl.llm.client import LLMClient
+from memrl.llm.scripted import ScriptedBackend
+from memrl_envs.bigcodebench import BigCodeBenchEnv
+from memrl_envs.bigcodebench.executor import Executor
+from memrl_envs.sandbox import bwrap_available
+
+TINY = Path(__file__).resolve().parent / "fixtures" / "bigcodebench" / "tiny.jsonl"
+_WHY = bwrap_available()
+pytestmark = [
+    pytest.mark.skipif(_WHY is not None, reason=f"no sandbox here: {_WHY}"),
+    pytest.mark.skipif(importlib.util.find_spec("bigcodebench") is None,
+                       reason="bigcodebench (the checker) is not installed: pip install --no-deps bigcodebench==0.2.5"),
+]
+TIME_LIMIT = 3.0
+SLACK = 10.0
+# the sandbox's wall limit is the test limit plus the start-up slack; all must end well before
+MAX_WALL = TIME_LIMIT + SLACK + 10
+
+
+@pytest.fixture
+def work_root() -> Path:
+    """Where this test's sandbox folders go (short: the checker's sockets live under it)."""
+    root = Path(tempfile.mkdtemp(prefix="bcbh-"))
+    try:
+        yield root
+        assert list(root.iterdir()) == [], "a sandbox work folder was left behind"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def episode(tmp_path: Path, work_root: Path, code: str, **limits):
+    """One react episode on Tiny/1 (task_func(a, b) -> a + b) whose model answers `code`."""
+    executor = Executor(time_limit_s=TIME_LIMIT, memory_mb=limits.get("memory_mb", 2048),
+                        nproc=limits.get("nproc", 128), cache_dir=tmp_path / "cache",
+                        max_parallel=1, work_root=work_root, slack_s=SLACK)
+    env = BigCodeBenchEnv(data_path=TINY, part="all", task_ids=["Tiny/1"], cache_dir=tmp_path / "cache",
+                          executor=executor)
+    backend = ScriptedBackend(lambda request: "```python\n" + code + "\n```")
+    llm = LLMClient(backend, cache=None, max_retries=0).episode("hostile", seed=0)
+    start = time.monotonic()
+    result = env.solve(env.tasks()[0], [], llm, seed=0)
+    elapsed = time.monotonic() - start
+    assert backend.calls == 1
+    assert not result.success and result.reward == 0.0
+    assert result.info["outcome"] in ("fail", "timeout"), result.info
+    assert elapsed < MAX_WALL
+    return result
+
+
+def reason(result) -> str:
+    return result.info["reason"]
+
+
+def no_process_with(tag: str) -> bool:
+    out = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True)
+    return out.stdout.strip() == ""
+
+
+def test_writing_outside_the_work_dir_is_refused(tmp_path, work_root):
+    target = tmp_path / "outside.txt"
+    etc = Path(f"/etc/memrl-bcb-{uuid.uuid4().hex[:6]}")
+    code = f"""
+import os
+report = []
+for path in [{str(target)!r}, {str(etc)!r}, '/usr/memrl-bcb-x', '/root/memrl-bcb-x']:
+    try:
+        with open(path, 'w') as fh:
+            fh.write('pwned')
+        report.append('WROTE')
+    except OSError as exc:
+        report.append(type(exc).__name__)
+raise RuntimeError('write:' + ','.join(report))
+def task_func(a, b):
+    return a + b
+"""
+    r = episode(tmp_path, work_root, code)
+    assert r.info["outcome"] == "fail"
+    assert "write:" in reason(r) and "WROTE" not in reason(r)
+    assert not target.exists() and not etc.exists()
+    assert not Path("/usr/memrl-bcb-x").exists() and not Path("/root/memrl-bcb-x").exists()
+
+
+def test_reading_shadow_and_the_home_dir_is_refused(tmp_path, work_root):
+    home = Path.home()
+    secret = f"memrl-secret-{uuid.uuid4().hex}"
+    probe = home / f".memrl-bcb-probe-{uuid.uuid4().hex[:6]}"
+    probe.write_text(secret)
+    try:
+        code = f"""
+import os
+report = []
+for path in ['/etc/shadow', {str(probe)!r}]:
+    try:
+        report.append(open(path).read()[:40])
+    except OSError as exc:
+        report.append(type(exc).__name__)
+try:
+    report.append('listed=' + str({probe.name!r} in os.listdir({str(home)!r})))
+except OSError as exc:
+    report.append(type(exc).__name__)
+raise RuntimeError('read:' + ','.join(report))
+def task_func(a, b):
+    return a + b
+"""
+        r = episode(tmp_path, work_root, code)
+    finally:
+        probe.unlink()
+    text = reason(r)
+    # /etc/shadow: not readable by the sandbox's own uid; the home folder: a tmpfs holding at
+    # most the interpreter's own folder, re-exposed read-only
+    assert text.startswith("loading the code: read:PermissionError,"), text
+    assert secret not in text and "root:" not in text
+    assert text.endswith("listed=False") or text.endswith("PermissionError"), text
+
+
+def test_api_keys_of_the_parent_are_not_visible(tmp_path, work_root, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-memrl-bcb-secret")
+    code = """
+import os
+values = list(os.environ.values())
+try:
+    values.append(open('/proc/1/environ').read())
+except OSError:
+    pass
+raise RuntimeError('key=%s leaked=%s n=%d' % (os.environ.get('OPENAI_API_KEY'),
+                   any('sk-memrl-bcb' in v for v in values), len(os.environ)))
+def task_func(a, b):
+    return a + b
+"""
+    r = episode(tmp_path, work_root, code)
+    assert "key=None leaked=False" in reason(r), reason(r)
+
+
+def test_no_network_even_to_a_local_listener(tmp_path, work_root):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+    code = f"""
+import socket
+s = socket.socket()
+s.settimeout(2)
+try:
+    s.connect(('127.0.0.1', {port}))
+    outcome = 'CONNECTED'
+except OSError as exc:
+    outcome = type(exc).__name__
+raise RuntimeError('net:' + outcome)
+def task_func(a, b):
+    return a + b
+"""
+    try:
+        r = episode(tmp_path, work_root, code)
+        with pytest.raises(socket.timeout):
+            server.accept()
+    finally:
+        server.close()
+    assert "net:" in reason(r) and "CONNECTED" not in reason(r)
+
+
+def test_fork_bomb_is_contained_and_leaves_nothing_behind(tmp_path, work_root):
+    tag = f"memrl-bcb-bomb-{uuid.uuid4().hex[:8]}"
+    code = f"""
+import os, sys, posix
+posix.system(sys.executable + " -c 'import time; time.sleep(300)' {tag} &")
+while True:
+    os.fork()
+def task_func(a, b):
+    return a + b
+"""
+    r = episode(tmp_path, work_root, code, nproc=64)
+    assert r.info["outcome"] in ("timeout", "fail")  # never a result the bomb could fake as a pass
+    assert subprocess.run(["true"]).returncode == 0  # the host still starts processes
+    time.sleep(0.5)
+    assert no_process_with(tag)
+
+
+def test_memory_bomb_is_refused(tmp_path, work_root):
+    code = """
+blocks = []
+try:
+    while True:
+        blocks.append(bytearray(128 * 2**20))
+except MemoryError:
+    mb = 128 * len(blocks)
+    del blocks
+    raise RuntimeError('memory refused after %d MB' % mb)
+def task_func(a, b):
+    return a + b
+"""
+    r = episode(tmp_path, work_root, code, memory_mb=1024)
+    text = reason(r)
+    assert "memory refused after" in text, text
+    assert int(text.split("after ")[1].split(" MB")[0]) < 1024
+
+
+def test_infinite_loop_times_out(tmp_path, work_root):
+    code = "def task_func(a, b):\n    while True:\n        pass\n"
+    start = time.monotonic()
+    r = episode(tmp_path, work_root, code)
+    assert r.info["outcome"] == "timeout"
+    assert time.monotonic() - start < MAX_WALL
+
+
+def test_killing_the_parent_is_contained(tmp_path, work_root):
+    sentinel = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        code = f"""
+import os, signal, posix
+report = []
+for pid in ({os.getpid()}, {sentinel.pid}, 1, os.getppid()):
+    try:
+        posix.kill(pid, signal.SIGKILL)
+        report.append('sent')
+    except OSError as exc:
+        report.append(type(exc).__name__)
+raise RuntimeError('kill:' + ','.join(report))
+def task_func(a, b):
+    return a + b
+"""
+        r = episode(tmp_path, work_root, code)
+        # the harness and the host process survive; what died is the checker inside the sandbox
+        assert sentinel.poll() is None
+        assert r.info["outcome"] == "fail"
+        assert "checker process died" in reason(r) or "kill:" in reason(r)
+    finally:
+        sentinel.send_signal(signal.SIGKILL)
+        sentinel.wait()
+
+
+def test_background_process_dies_with_the_sandbox(tmp_path, work_root):
+    tag = f"memrl-bcb-bg-{uuid.uuid4().hex[:8]}"
+    code = f"""
+import os, sys, posix
+if posix.fork() == 0:
+    os.setsid()
+    if posix.fork() == 0:
+        posix.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(300)', {tag!r}])
+    posix._exit(0)
+def task_func(a, b):
+    return a - b
+"""
+    r = episode(tmp_path, work_root, code)
+    assert r.info["outcome"] == "fail" and "test_" in reason(r)
+    time.sleep(0.5)
+    assert no_process_with(tag)
