@@ -163,3 +163,17 @@ def test_work_dir_is_readable_afterwards(tmp_path):
 def test_missing_workdir_is_a_sandbox_error(tmp_path):
     with pytest.raises(SandboxError, match="does not exist"):
         run_isolated(["true"], workdir=tmp_path / "nope")
+
+
+def test_private_tmp_is_size_capped(tmp_path):
+    r = py(tmp_path, """
+try:
+    with open('/tmp/fill', 'wb') as fh:
+        for _ in range(64):
+            fh.write(b'x' * 2**20)
+    print('WROTE 64 MB')
+except OSError as exc:
+    print('full', exc.errno)
+""", tmp_mb=16)
+    assert r.returncode == 0, r.stderr
+    assert "full 28" in r.stdout  # ENOSPC

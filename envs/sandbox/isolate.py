@@ -62,6 +62,7 @@ class Limits:
     nproc: int | None = 128         # RLIMIT_NPROC (processes/threads of the sandbox uid)
     file_mb: int | None = 256       # RLIMIT_FSIZE (largest file it may write)
     output_bytes: int = 200_000     # kept per stream; the rest is read and dropped
+    tmp_mb: int | None = 512        # size of the private /tmp and /dev/shm (host memory)
 
 
 @dataclass
@@ -147,7 +148,8 @@ def _parents(path: str, tmpfs: Sequence[str]) -> list[str]:
 
 def _bwrap_argv(argv: Sequence[str], *, workdir: Path | None, env: Mapping[str, str],
                 ro_binds: Sequence[str], root_dir: Path | None, privileged_root: bool,
-                drop_to: int | None, network: bool, cwd: str | None, ready_fd: int) -> list[str]:
+                drop_to: int | None, network: bool, cwd: str | None, ready_fd: int,
+                tmp_mb: int | None = None) -> list[str]:
     exe = shutil.which(BWRAP)
     if exe is None:
         raise SandboxError("bubblewrap (`bwrap`) is not installed: apt-get install bubblewrap")
@@ -167,8 +169,10 @@ def _bwrap_argv(argv: Sequence[str], *, workdir: Path | None, env: Mapping[str, 
     if root_dir is not None:
         args += ["--bind", str(root_dir), "/", "--dev", "/dev", "--proc", "/proc"]
     else:
+        size = [] if tmp_mb is None else ["--size", str(tmp_mb * 2**20)]
         args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                 "--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
+                 *size, "--perms", "1777", "--tmpfs", "/tmp",
+                 *size, "--perms", "1777", "--tmpfs", "/dev/shm"]
         for hidden in _hidden_dirs():
             args += ["--tmpfs", hidden]
         # the launcher's interpreter must stay reachable even under a hidden home folder
@@ -294,7 +298,7 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
     full_env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8",
                 "HOME": str(work) if work is not None else "/tmp"}
     full_env.update(env or {})
-    args = _bwrap_argv(argv, workdir=work, env=full_env, ro_binds=ro_binds,
+    args = _bwrap_argv(argv, workdir=work, env=full_env, ro_binds=ro_binds, tmp_mb=limits.tmp_mb,
                        root_dir=Path(root_dir) if root_dir is not None else None,
                        privileged_root=privileged_root, drop_to=uid, network=network, cwd=cwd,
                        ready_fd=status_w)
