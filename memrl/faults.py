@@ -97,16 +97,31 @@ def error_kind(message: str) -> str:
     return head or "unknown"
 
 
+_JUDGE_KEYS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "cost_usd")
+
+
 def episode_summary(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Recorded episodes, how many ended errored, and their first errors by kind."""
     n = errored = empty = 0
     kinds: Counter[str] = Counter()
+    judge: Counter[str] = Counter()
+    judge_models: set[str] = set()
     for r in records:
         n += 1
         errors = r.get("errors") or []
         if errors:
             errored += 1
             kinds[error_kind(str(errors[0]))] += 1
-        empty += int((r.get("info") or {}).get("empty_actions", 0) or 0)
-    return {"recorded": n, "errored": errored, "errors_by_kind": dict(sorted(kinds.items())),
-            "empty_actions": empty}
+        info = r.get("info") or {}
+        empty += int(info.get("empty_actions", 0) or 0)
+        if isinstance(info.get("judge"), Mapping):  # envs graded by a judge model (HLE)
+            for key in _JUDGE_KEYS:
+                judge[key] += info["judge"].get(key, 0) or 0
+            judge_models.add(str(info["judge"].get("model", "")))
+    out: dict[str, Any] = {"recorded": n, "errored": errored,
+                           "errors_by_kind": dict(sorted(kinds.items())), "empty_actions": empty}
+    if judge_models:
+        # the judge's own model use: not in the run's llm_totals, which count the solver client
+        out["judge"] = {"models": sorted(judge_models),
+                        **{k: (float(judge[k]) if k == "cost_usd" else int(judge[k])) for k in _JUDGE_KEYS}}
+    return out

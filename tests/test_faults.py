@@ -284,3 +284,18 @@ def test_alfworld_run_with_20_percent_faults_records_everything(tmp_path):
         assert entry["q"] == pytest.approx(q.get(mid, 0.0), abs=1e-9), mid
     used_by_errored = {m["id"] for r in errored for m in r["injected"]}
     assert used_by_errored  # the check above covers memories an errored episode used
+
+
+def test_episode_summary_adds_up_judge_use():
+    judged = {"errors": [], "info": {"judge": {"model": "openai/o3-mini", "calls": 1, "cache_hits": 0,
+                                               "prompt_tokens": 400, "completion_tokens": 30,
+                                               "cost_usd": 0.002}}}
+    replayed = {"errors": [], "info": {"judge": {"model": "openai/o3-mini", "calls": 1, "cache_hits": 1,
+                                                 "prompt_tokens": 410, "completion_tokens": 20,
+                                                 "cost_usd": 0.001}}}
+    unjudged = {"errors": ["solver failed"], "info": {"judge": None}}
+    summary = episode_summary([judged, replayed, unjudged])
+    assert summary["judge"] == {"models": ["openai/o3-mini"], "calls": 2, "cache_hits": 1,
+                                "prompt_tokens": 810, "completion_tokens": 50,
+                                "cost_usd": pytest.approx(0.003)}
+    assert "judge" not in episode_summary([unjudged])
