@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from memrl.records import RetrievedMemory, Step
+from memrl_envs.memory_block import format_memories
 
 PROMPTS_FILENAME = "react_alfworld_3prompts.json"
 
@@ -27,8 +28,6 @@ INSTRUCTION = (
     "('Nothing happens.'). The task is over as soon as its goal holds."
 )
 
-MEMORY_OPEN = "=== Past experiences (from memory; use them only where they fit this task) ==="
-MEMORY_CLOSE = "=== End of past experiences ==="
 
 
 def default_prompts_file(data_root: Path) -> Path | None:
@@ -65,18 +64,6 @@ def select_demonstrations(
     start = available.index(demo_index)
     chosen = [available[(start + k) % len(available)] for k in range(num_demos)]
     return [demos[f"react_{task_type}_{i}"].strip("\n") for i in chosen]
-
-
-def format_memories(memories: Sequence[RetrievedMemory]) -> str:
-    """The block of injected memories; empty string when there are none."""
-    if not memories:
-        return ""
-    lines = [MEMORY_OPEN]
-    for i, mem in enumerate(memories, 1):
-        lines.append(f"--- Experience {i} (earlier task: {mem.intent.strip()}) ---")
-        lines.append(mem.experience.strip())
-    lines.append(MEMORY_CLOSE)
-    return "\n".join(lines)
 
 
 def format_task_start(room: str, task: str) -> str:

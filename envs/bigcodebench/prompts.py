@@ -8,11 +8,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from memrl.records import RetrievedMemory
+from memrl_envs.memory_block import format_memories as _memory_block
 
 from .loader import BCBProblem
 
-MEMORY_OPEN = "=== Past experiences (from memory; use them only where they fit this task) ==="
-MEMORY_CLOSE = "=== End of past experiences ==="
 _INSTRUCT = ("Write one self-contained Python script that solves the task below: the imports it "
              "needs, then the function exactly as the task specifies it. Answer with the code "
              "in a single ```python block.")
@@ -20,26 +19,6 @@ _COMPLETE = ("Complete the Python function below so that it does what its docstr
              "the imports and the signature. Answer with the whole function in a single "
              "```python block.")
 FENCE = "```python\n"
-
-
-def _shorten(text: str, limit: int) -> str:
-    text = text.strip()
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return text[:half] + "\n[...]\n" + text[-half:]
-
-
-def format_memories(memories: Sequence[RetrievedMemory], max_chars_each: int = 2500) -> str:
-    """The block of injected memories; empty string when there are none."""
-    if not memories:
-        return ""
-    lines = [MEMORY_OPEN]
-    for i, mem in enumerate(memories, 1):
-        lines.append(f"--- Experience {i} (earlier task: {_shorten(mem.intent, 300)}) ---")
-        lines.append(_shorten(mem.experience, max_chars_each))
-    lines.append(MEMORY_CLOSE)
-    return "\n".join(lines)
 
 
 def task_intent(problem: BCBProblem, split: str) -> str:
@@ -53,7 +32,7 @@ def task_intent(problem: BCBProblem, split: str) -> str:
 def build_prompt(problem: BCBProblem, split: str, memories: Sequence[RetrievedMemory]) -> str:
     """Memories, instruction, task; ends inside an opened ```python fence."""
     parts = []
-    block = format_memories(memories)
+    block = _memory_block(memories, max_chars_each=2500, max_intent_chars=300)
     if block:
         parts.append(block)
     if split == "complete":

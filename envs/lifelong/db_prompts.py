@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from memrl.records import RetrievedMemory
+from memrl_envs.memory_block import format_memories
 
 from .db_data import DbTask
 
@@ -53,8 +54,6 @@ Output: OK, 1 row affected.
 Action: Answer
 Final Answer: done"""
 
-MEMORY_OPEN = "=== Past experiences (from memory; use them only where they fit this task) ==="
-MEMORY_CLOSE = "=== End of past experiences ==="
 STOP = ("\nOutput:", "\nQuestion:")
 
 INVALID_HELP = ("Error: no action found. Write \"Action: Operation\" and one SQL statement in a "
@@ -77,17 +76,6 @@ class Action:
 
     kind: str
     text: str
-
-
-def format_memories(memories: Sequence[RetrievedMemory]) -> str:
-    if not memories:
-        return ""
-    lines = [MEMORY_OPEN]
-    for i, mem in enumerate(memories, 1):
-        lines.append(f"--- Experience {i} (earlier task: {mem.intent.strip()}) ---")
-        lines.append(mem.experience.strip())
-    lines.append(MEMORY_CLOSE)
-    return "\n".join(lines)
 
 
 def format_question(task: DbTask, max_rows: int | None = None) -> str:

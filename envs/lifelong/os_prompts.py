@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from memrl.records import RetrievedMemory, Step
+from memrl_envs.memory_block import format_memories
 
 INSTRUCTION = (
     "You are the administrator of a Linux machine (root shell, bash, no network) and carry out "
@@ -43,8 +44,6 @@ stat -c '%G %a' /srv/reports
 Output: staff 750
 Action: finish"""
 
-MEMORY_OPEN = "=== Past experiences (from memory; use them only where they fit this task) ==="
-MEMORY_CLOSE = "=== End of past experiences ==="
 STOP = ("\nOutput:", "\nTask:")
 FINISH = "finish"
 INVALID_MARK = "[invalid] "  # transcript actions that were not understood
@@ -147,17 +146,6 @@ def format_observation(output: str, exit_code: int | None, timed_out: bool, trun
     elif exit_code not in (0, None):
         parts.append(f"[exit code {exit_code}]")
     return "\n".join(parts) if parts else "(no output)"
-
-
-def format_memories(memories: Sequence[RetrievedMemory]) -> str:
-    if not memories:
-        return ""
-    lines = [MEMORY_OPEN]
-    for i, mem in enumerate(memories, 1):
-        lines.append(f"--- Experience {i} (earlier task: {mem.intent.strip()}) ---")
-        lines.append(mem.experience.strip())
-    lines.append(MEMORY_CLOSE)
-    return "\n".join(lines)
 
 
 def render_action(step: Step) -> str:
