@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -122,13 +123,18 @@ def read_episodes(path: str | Path) -> list[EpisodeRecord]:
     return [EpisodeRecord.from_dict(d) for d in iter_jsonl(path)]
 
 
-def write_json_atomic(path: str | Path, obj: Any) -> None:
-    """Write JSON via a temp file + rename so readers never see a partial file."""
+def write_json_atomic(path: str | Path, obj: Any, indent: int | None = 2) -> None:
+    """Write JSON via a temp file + rename so readers never see a partial file. The temp file
+    is unique, so concurrent writers (e.g. the jobs of a parallel sweep) do not clash."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=True, ensure_ascii=False)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(obj, fh, indent=indent, sort_keys=True, ensure_ascii=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -11,13 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memrl.llm.cache import default_cache_dir
+from memrl.records import write_json_atomic
 
 SPLIT_FOLDERS = {
     "valid_train": "valid_train",
@@ -139,15 +139,7 @@ class GameInfoCache:
             merged = self._read()
             for key, values in self._data.items():
                 merged.setdefault(key, {}).update(values)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=self.path.name, suffix=".tmp", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    json.dump(merged, fh, sort_keys=True, ensure_ascii=False)
-                os.replace(tmp, self.path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            write_json_atomic(self.path, merged, indent=None)
             self._data = merged
             self._dirty = False
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from memrl.records import write_json_atomic
+
 log = logging.getLogger(__name__)
 
 HUB_DATASETS = {"full": "bigcode/bigcodebench", "hard": "bigcode/bigcodebench-hard"}
@@ -226,12 +228,8 @@ def read_split_file(path: Path) -> Division:
 
 
 def write_split_file(path: Path, division: Division) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"seed": division.seed, "train_ratio": division.train_ratio,
-                               "train": division.train, "validation": division.validation},
-                              indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_json_atomic(path, {"seed": division.seed, "train_ratio": division.train_ratio,
+                             "train": division.train, "validation": division.validation}, indent=1)
 
 
 def load_or_create_division(path: Path, task_ids: Sequence[str], seed: int,

@@ -26,7 +26,7 @@ AGENTS = ("react", "gold")
 TASK_PREFIX = "db"
 
 
-class LifelongDbEnv:
+class LifelongDbEnv(loader.TaskListing):
     """LifelongAgentBench DB tasks behind the Env seam.
 
     Args (the `env=lifelong_db` settings, see ``LifelongDbSettings``):
@@ -44,6 +44,9 @@ class LifelongDbEnv:
 
     name = "lifelong_db"
     Settings = LifelongDbSettings  # the schema `memrl.config.validate` checks env=lifelong_db with
+    TASK_PREFIX, LABEL, LITERAL_FIELDS = TASK_PREFIX, "Lifelong-DB", LITERAL_FIELDS
+    check_row = staticmethod(check_row)
+    make_task = staticmethod(DbTask.from_row)
 
     def __init__(
         self,
@@ -113,34 +116,12 @@ class LifelongDbEnv:
         self._address: ServerAddress | None = None
 
     # -- tasks -------------------------------------------------------------------------
-    def _load(self) -> dict[str, DbTask]:
-        with self._lock:
-            if self._tasks is None:
-                loaded = loader.load_samples(self.data_path, literal_fields=LITERAL_FIELDS,
-                                             validate=check_row, hub_split=self.hub_split)
-                self.skipped, self.fingerprint = loaded.skipped, loaded.fingerprint
-                keys = loader.resolve_split(loaded.keys, self.split, self.split_file, self.val_fraction,
-                                            self.split_seed, source=self.data_path, cache_dir=self.cache_dir)
-                keys = loader.select(keys, self.task_ids, self.max_tasks,
-                                     id_of=lambda k: loader.make_task_id(TASK_PREFIX, k))
-                if not keys and self.max_tasks != 0:
-                    raise ValueError(f"no Lifelong-DB tasks in {self.data_path} (split {self.split!r}, after filters)")
-                self._tasks = {k: DbTask.from_row(k, loaded.rows[k]) for k in keys}
-            return self._tasks
-
     def tasks(self) -> list[Task]:
         out = []
         for key, t in self._load().items():
             payload = {"key": key, "answer_type": t.answer_type, "table": t.table, "skills": list(t.skills)}
             out.append(Task(task_id=loader.make_task_id(TASK_PREFIX, key), intent=t.instruction, payload=payload))
         return out
-
-    def task(self, task_id: str) -> DbTask:
-        key = loader.task_key(task_id, TASK_PREFIX)
-        try:
-            return self._load()[key]
-        except KeyError:
-            raise ValueError(f"unknown Lifelong-DB task {task_id!r}") from None
 
     # -- the server --------------------------------------------------------------------
     def address(self) -> ServerAddress:

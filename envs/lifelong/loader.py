@@ -41,10 +41,11 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from memrl.records import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -229,15 +230,6 @@ def make_split(keys: Sequence[str], val_fraction: float, seed: int) -> dict[str,
     return {"train": sort_keys(k for k in keys if k not in val), "validation": sort_keys(val)}
 
 
-def _write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1)
-        fh.write("\n")
-    os.replace(tmp, path)
-
-
 def resolve_split(keys: Sequence[str], split: str, split_file: str | os.PathLike[str] | None = None,
                   val_fraction: float = 0.3, seed: int = 0, source: str = "",
                   cache_dir: str | os.PathLike[str] | None = None) -> list[str]:
@@ -260,7 +252,7 @@ def resolve_split(keys: Sequence[str], split: str, split_file: str | os.PathLike
                             f"(e.g. {unknown[:5]}): it was made for other data; delete it or pass another")
         return chosen
     parts = make_split(keys, val_fraction, seed)
-    _write_json_atomic(path, {"source": source, "val_fraction": val_fraction, "seed": seed, **parts})
+    write_json_atomic(path, {"source": source, "val_fraction": val_fraction, "seed": seed, **parts})
     log.info("wrote split file %s (%d train / %d validation)", path, len(parts["train"]), len(parts["validation"]))
     return parts[split]
 
@@ -279,3 +271,37 @@ def select(keys: Sequence[str], task_ids: Sequence[str] | None = None, max_tasks
     if max_tasks is not None:
         chosen = chosen[:max_tasks]
     return chosen
+
+
+class TaskListing:
+    """Loading, splitting, filtering and looking up an env's tasks; shared by the OS and DB
+    envs. The env sets, in `__init__`: data_path, hub_split, split, split_file, val_fraction,
+    split_seed, cache_dir, task_ids, max_tasks, skipped, fingerprint, _tasks (None) and _lock;
+    and, on the class: TASK_PREFIX, LABEL, LITERAL_FIELDS, `check_row` and `make_task(key, row)`."""
+
+    TASK_PREFIX: str
+    LABEL: str
+    LITERAL_FIELDS: Sequence[str]
+
+    def _load(self) -> dict[str, Any]:
+        with self._lock:
+            if self._tasks is None:
+                loaded = load_samples(self.data_path, literal_fields=self.LITERAL_FIELDS,
+                                      validate=self.check_row, hub_split=self.hub_split)
+                self.skipped, self.fingerprint = loaded.skipped, loaded.fingerprint
+                keys = resolve_split(loaded.keys, self.split, self.split_file, self.val_fraction,
+                                     self.split_seed, source=self.data_path, cache_dir=self.cache_dir)
+                keys = select(keys, self.task_ids, self.max_tasks,
+                              id_of=lambda k: make_task_id(self.TASK_PREFIX, k))
+                if not keys and self.max_tasks != 0:
+                    raise ValueError(f"no {self.LABEL} tasks in {self.data_path} "
+                                     f"(split {self.split!r}, after filters)")
+                self._tasks = {k: self.make_task(k, loaded.rows[k]) for k in keys}
+            return self._tasks
+
+    def task(self, task_id: str) -> Any:
+        key = task_key(task_id, self.TASK_PREFIX)
+        try:
+            return self._load()[key]
+        except KeyError:
+            raise ValueError(f"unknown {self.LABEL} task {task_id!r}") from None

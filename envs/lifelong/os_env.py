@@ -27,7 +27,7 @@ AGENTS = ("react", "gold")
 TASK_PREFIX = "os"
 
 
-class LifelongOsEnv:
+class LifelongOsEnv(loader.TaskListing):
     """LifelongAgentBench OS tasks behind the Env seam.
 
     Args (the `env=lifelong_os` settings, see ``LifelongOsSettings``):
@@ -45,6 +45,9 @@ class LifelongOsEnv:
 
     name = "lifelong_os"
     Settings = LifelongOsSettings  # the schema `memrl.config.validate` checks env=lifelong_os with
+    TASK_PREFIX, LABEL, LITERAL_FIELDS = TASK_PREFIX, "Lifelong-OS", LITERAL_FIELDS
+    check_row = staticmethod(check_row)
+    make_task = staticmethod(task_from_row)
 
     def __init__(
         self,
@@ -102,32 +105,10 @@ class LifelongOsEnv:
         self._lock = threading.Lock()
 
     # -- tasks -------------------------------------------------------------------------
-    def _load(self) -> dict[str, OsTask]:
-        with self._lock:
-            if self._tasks is None:
-                loaded = loader.load_samples(self.data_path, literal_fields=LITERAL_FIELDS,
-                                             validate=check_row, hub_split=self.hub_split)
-                self.skipped, self.fingerprint = loaded.skipped, loaded.fingerprint
-                keys = loader.resolve_split(loaded.keys, self.split, self.split_file, self.val_fraction,
-                                            self.split_seed, source=self.data_path, cache_dir=self.cache_dir)
-                keys = loader.select(keys, self.task_ids, self.max_tasks,
-                                     id_of=lambda k: loader.make_task_id(TASK_PREFIX, k))
-                if not keys and self.max_tasks != 0:
-                    raise ValueError(f"no Lifelong-OS tasks in {self.data_path} (split {self.split!r}, after filters)")
-                self._tasks = {k: task_from_row(k, loaded.rows[k]) for k in keys}
-            return self._tasks
-
     def tasks(self) -> list[Task]:
         return [Task(task_id=loader.make_task_id(TASK_PREFIX, key), intent=t.instruction,
                      payload={"key": key, "skills": list(t.skills)})
                 for key, t in self._load().items()]
-
-    def task(self, task_id: str) -> OsTask:
-        key = loader.task_key(task_id, TASK_PREFIX)
-        try:
-            return self._load()[key]
-        except KeyError:
-            raise ValueError(f"unknown Lifelong-OS task {task_id!r}") from None
 
     # -- the system --------------------------------------------------------------------
     def rootfs(self) -> Path:
