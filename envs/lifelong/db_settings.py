@@ -4,27 +4,18 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from .loader import HUB_PREFIX
+from .task_settings import LifelongTaskSettings
 
 
-class LifelongDbSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class LifelongDbSettings(LifelongTaskSettings):
+    FILE_KIND = "DB task"
+    FILE_HINT = "the benchmark's db JSON"
 
     name: str = "lifelong_db"
-    data_path: str = Field(description="the DB task file (JSON keyed by sample index) or hf://<repo>[/<config>]")
-    hub_split: str = "train"
-    split: Literal["all", "train", "validation"] = "all"
-    split_file: str | None = None
-    val_fraction: float = Field(0.3, gt=0.0, lt=1.0)
-    split_seed: int = 0
-    max_steps: int = Field(15, ge=1)
-    max_tasks: int | None = Field(None, ge=1)
-    task_ids: list[str] | None = None
     # the server
     server: Literal["managed", "external"] = "managed"
     server_dir: str | None = None
@@ -47,9 +38,6 @@ class LifelongDbSettings(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "LifelongDbSettings":
-        if not self.data_path.startswith(HUB_PREFIX) and not Path(self.data_path).expanduser().is_file():
-            raise ValueError(f"data_path: no DB task file at {self.data_path} "
-                             "(set LIFELONG_DATA or env.data_path; the benchmark's db JSON, or hf://<repo>/<config>)")
         if self.server == "managed" and not self.server_dir:
             raise ValueError("server_dir: a managed server needs a folder (env.server_dir)")
         if self.server == "external":
@@ -57,6 +45,4 @@ class LifelongDbSettings(BaseModel):
                 raise ValueError("password_env: must be the NAME of an environment variable, not a password")
             if self.password_env is not None and self.password_env not in os.environ:
                 raise ValueError(f"password_env: environment variable {self.password_env} is not set")
-        if self.split_file is not None and self.split == "all":
-            raise ValueError("split_file: only used with split=train or split=validation")
         return self

@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from .loader import HUB_PREFIX
+from .task_settings import LifelongTaskSettings
 
 
-class LifelongOsSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class LifelongOsSettings(LifelongTaskSettings):
+    FILE_KIND = "OS task"
+    FILE_HINT = "the benchmark's os_interaction JSON"
 
     name: str = "lifelong_os"
-    data_path: str = Field(description="the OS task file (JSON keyed by sample index) or hf://<repo>[/<config>]")
-    hub_split: str = "train"
-    split: Literal["all", "train", "validation"] = "all"
-    split_file: str | None = None
-    val_fraction: float = Field(0.3, gt=0.0, lt=1.0)
-    split_seed: int = 0
-    max_steps: int = Field(15, ge=1)
-    max_tasks: int | None = Field(None, ge=1)
-    task_ids: list[str] | None = None
     # the system
     rootfs_dir: str | None = Field(None, description="cache folder of root file systems (null: "
                                    "$MEMRL_ROOTFS_DIR, $MEMRL_CACHE_DIR/rootfs or ~/.cache/memrl/rootfs)")
@@ -41,11 +32,6 @@ class LifelongOsSettings(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "LifelongOsSettings":
-        if not self.data_path.startswith(HUB_PREFIX) and not Path(self.data_path).expanduser().is_file():
-            raise ValueError(f"data_path: no OS task file at {self.data_path} (set LIFELONG_DATA or "
-                             "env.data_path; the benchmark's os_interaction JSON, or hf://<repo>/<config>)")
-        if self.split_file is not None and self.split == "all":
-            raise ValueError("split_file: only used with split=train or split=validation")
         if not self.workdir.startswith("/"):
             raise ValueError("workdir: must be an absolute path inside the task's system")
         if self.scratch_dir is not None and not Path(self.scratch_dir).expanduser().is_dir():

@@ -1,0 +1,36 @@
+"""Settings every Lifelong env shares: where the tasks come from, which split, which tasks,
+how many turns; the OS and DB settings add their system's own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .loader import HUB_PREFIX
+
+
+class LifelongTaskSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    FILE_KIND: ClassVar[str] = "task"   # names the file in error messages (e.g. "DB task")
+    FILE_HINT: ClassVar[str] = ""
+
+    data_path: str = Field(description="the task file (JSON keyed by sample index) or hf://<repo>[/<config>]")
+    hub_split: str = "train"
+    split: Literal["all", "train", "validation"] = "all"
+    split_file: str | None = None
+    val_fraction: float = Field(0.3, gt=0.0, lt=1.0)
+    split_seed: int = 0
+    max_steps: int = Field(15, ge=1)
+    max_tasks: int | None = Field(None, ge=1)
+    task_ids: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _check_source(self) -> "LifelongTaskSettings":
+        if not self.data_path.startswith(HUB_PREFIX) and not Path(self.data_path).expanduser().is_file():
+            raise ValueError(f"data_path: no {self.FILE_KIND} file at {self.data_path} (set LIFELONG_DATA "
+                             f"or env.data_path; {self.FILE_HINT}, or hf://<repo>/<config>)")
+        if self.split_file is not None and self.split == "all":
+            raise ValueError("split_file: only used with split=train or split=validation")
+        return self
