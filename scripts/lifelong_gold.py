@@ -16,12 +16,9 @@ or an external server with --host/--port/--user/--password-env.
 from __future__ import annotations
 
 import argparse
-import collections
-import json
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,70 +39,31 @@ def _db_env(args: argparse.Namespace, server_dir: str):
     return LifelongDbEnv(**kw)
 
 
-def run_os(args: argparse.Namespace) -> int:
-    from memrl_envs.lifelong.os_gold import run_gold
-
-    run_gold(args.data or str(DEFAULT_OS_DATA), limit=args.limit, task_ids=args.task_ids,
-             rootfs_dir=args.rootfs_dir, json_out=args.json, build=args.build_rootfs)
-    return 0
-
-
-def _miss_reason(db_task, result) -> str:
-    sql_out = result.transcript[0].observation if result.transcript else ""
-    if result.errors:
-        return "; ".join(result.errors)[:300]
-    if sql_out.startswith("Error"):
-        return f"ground-truth SQL failed: {sql_out[:250]}"
-    if db_task.answer_type == "md5":
-        return f"table hash {result.info.get('table_hash')} != {db_task.md5}"
-    expected = [tuple(r) for r in db_task.direct_rows or ()]
-    return f"rows differ: got {sql_out[:400]} ; expected {str(expected)[:400]}"
-
-
 def run(args: argparse.Namespace) -> int:
+    from memrl_envs.lifelong.oracle import db_miss, os_miss, run_oracle
+
     if args.env == "os":
-        return run_os(args)
+        from memrl_envs.lifelong import LifelongOsEnv
+
+        env = LifelongOsEnv(data_path=args.data or str(DEFAULT_OS_DATA), agent="gold", max_tasks=args.limit,
+                            task_ids=args.task_ids, rootfs_dir=args.rootfs_dir, build_rootfs=args.build_rootfs)
+        try:
+            run_oracle(env, "os", os_miss, prepare=env.rootfs, json_out=args.json)
+        finally:
+            env.close()
+        return 0
     tmp = None
     server_dir = args.server_dir
-    if args.env == "db" and not server_dir:
+    if not server_dir:
         tmp = tempfile.mkdtemp(prefix="memrl-gold-db-")
         server_dir = tmp
     env = _db_env(args, server_dir)
     try:
-        tasks = env.tasks()
-        if env.skipped:
-            print(f"skipped {len(env.skipped)} malformed rows: " +
-                  ", ".join(f"{s.key} ({s.reason})" for s in env.skipped))
-        env.address()  # start the server before timing episodes
-        counts: collections.Counter[str] = collections.Counter()
-        misses, rows = [], []
-        started = time.monotonic()
-        for task in tasks:
-            t0 = time.monotonic()
-            result = env.solve(task, [], None, seed=0)
-            dt = time.monotonic() - t0
-            outcome = result.info.get("outcome", "?")
-            counts[outcome] += 1
-            rows.append({"task_id": task.task_id, "success": result.success, "outcome": outcome,
-                         "seconds": round(dt, 4), "errors": result.errors})
-            if not result.success:
-                misses.append((task.task_id, outcome, env.task(task.task_id).gold_sql,
-                               _miss_reason(env.task(task.task_id), result)))
-        total = time.monotonic() - started
+        run_oracle(env, "db", db_miss, prepare=env.address, json_out=args.json)
     finally:
         env.close()
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-    n = len(rows)
-    ok = sum(r["success"] for r in rows)
-    print(f"gold oracle, {args.env}: {ok}/{n} = {100.0 * ok / max(n, 1):.2f}%")
-    print("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    print(f"seconds per episode: {total / max(n, 1):.3f} (total {total:.1f} s)")
-    for task_id, outcome, sql, reason in misses:
-        print(f"- {task_id} [{outcome}] {sql}\n    {reason}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"env": args.env, "n": n, "success": ok, "outcomes": counts,
-                                               "seconds_total": total, "episodes": rows}, indent=1))
     return 0
 
 
