@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from memrl.config import LLMSettings
+
 # Fields of the judge section that go to `memrl.llm.factory.build_client` as they are.
 CLIENT_FIELDS = (
     "backend", "model", "api_base", "api_key_env", "timeout", "max_concurrency", "max_retries",
@@ -16,7 +18,7 @@ CLIENT_FIELDS = (
 )
 
 
-class JudgeSettings(BaseModel):
+class JudgeSettings(LLMSettings):
     """The model that grades answers: its own backend, model, key and base URL.
 
     `examples`: worked verdicts shown before the one asked for (a base model such as the
@@ -24,27 +26,11 @@ class JudgeSettings(BaseModel):
     `json_mode`: ask API models for a JSON object through the provider's JSON mode.
     """
 
-    model_config = ConfigDict(extra="forbid")
-
+    # the LLM section's fields and checks, with a judge's defaults
     name: str = "judge"
     backend: Literal["litellm", "local", "scripted"] = "litellm"
-    model: str | None = None
-    api_base: str | None = None
-    api_key_env: str | None = None
     timeout: float = Field(120.0, gt=0)
-    max_concurrency: int = Field(8, ge=1)
-    max_retries: int = Field(6, ge=0)
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(2048, ge=1)
-    cache: bool = True
-    cache_path: str | None = None
-    n_ctx: int = Field(4096, ge=256)
-    n_threads: int | None = Field(None, ge=1)
-    model_path: str | None = None
-    script: str | None = None
-    backoff_base: float = Field(1.0, ge=0.0)
-    backoff_max: float = Field(60.0, ge=0.0)
     examples: int | None = Field(None, ge=0, le=2)
     json_mode: bool = True
 
