@@ -1,4 +1,4 @@
-"""Run metrics (DESIGN.md §5), computed from `episodes.jsonl` alone.
+"""Run metrics (docs/design.md §5), computed from a run's episode records alone.
 
 For N tasks over epochs t = 1..E the success matrix is s[t, i] ∈ {0, 1}:
 
@@ -12,13 +12,12 @@ For N tasks over epochs t = 1..E the success matrix is s[t, i] ∈ {0, 1}:
 Several records for one (task, epoch) -- e.g. Pass@k attempts -- count as a
 success if any of them succeeded.
 
-CLI: ``python -m memrl.metrics <run_dir> [--no-plots] [--allow-missing]``.
+CLI: ``memrl metrics <run_dir> [--no-plots] [--allow-missing]`` (also
+``python -m memrl.metrics``; see memrl/cli/metrics.py).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -26,9 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from memrl.records import EpisodeRecord, read_episodes, write_json_atomic
-
-EPISODES_FILE = "episodes.jsonl"
-METRICS_FILE = "metrics.json"
+from memrl.rundir import RunDir
 
 
 def _index(records: Sequence[EpisodeRecord]) -> tuple[list[str], list[int], dict[tuple[str, int], bool]]:
@@ -156,13 +153,10 @@ def compute_metrics(records: Sequence[EpisodeRecord], allow_missing: bool = Fals
     }
 
 
-EVAL_EPISODES_FILE = "eval_episodes.jsonl"
-
-
-def load_run(run_dir: str | Path) -> list[EpisodeRecord]:
-    path = Path(run_dir) / EPISODES_FILE
+def load_run(run_dir: str | Path | RunDir) -> list[EpisodeRecord]:
+    path = RunDir(run_dir).episodes
     if not path.is_file():
-        raise FileNotFoundError(f"no {EPISODES_FILE} in {run_dir}")
+        raise FileNotFoundError(f"no {path.name} in {run_dir}")
     return read_episodes(path)
 
 
@@ -176,35 +170,23 @@ def transfer_metrics(records: list[EpisodeRecord]) -> dict[str, Any]:
             "epochs": [int(e) for e in epochs]}
 
 
-def write_metrics(run_dir: str | Path, plots: bool = True, allow_missing: bool = False) -> dict[str, Any]:
+def write_metrics(run_dir: str | Path | RunDir, plots: bool = True,
+                  allow_missing: bool = False) -> dict[str, Any]:
     """Compute metrics for a run, write `metrics.json` (atomically) and, optionally, plots."""
-    run_dir = Path(run_dir)
-    metrics = compute_metrics(load_run(run_dir), allow_missing=allow_missing)
-    eval_path = run_dir / EVAL_EPISODES_FILE
+    rd = RunDir(run_dir)
+    metrics = compute_metrics(load_run(rd), allow_missing=allow_missing)
+    eval_path = rd.eval_episodes
     if eval_path.is_file() and eval_path.stat().st_size:
         metrics["transfer"] = transfer_metrics(read_episodes(eval_path))
-    write_json_atomic(run_dir / METRICS_FILE, metrics)
+    write_json_atomic(rd.metrics, metrics)
     if plots:
         from memrl.plots import plot_curves
 
-        plot_curves(metrics, run_dir / "plots")
+        plot_curves(metrics, rd.plots)
     return metrics
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m memrl.metrics", description=__doc__.splitlines()[0])
-    ap.add_argument("run_dir", type=Path)
-    ap.add_argument("--no-plots", action="store_true", help="write metrics.json only")
-    ap.add_argument("--allow-missing", action="store_true", help="count missing (task, epoch) cells as failures")
-    args = ap.parse_args(argv)
-    try:
-        metrics = write_metrics(args.run_dir, plots=not args.no_plots, allow_missing=args.allow_missing)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"memrl.metrics: error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(metrics, indent=2, sort_keys=True))
-    return 0
+if __name__ == "__main__":  # the command line lives in memrl/cli/metrics.py
+    from memrl.cli.metrics import main
 
-
-if __name__ == "__main__":
     sys.exit(main())

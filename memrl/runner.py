@@ -2,11 +2,11 @@
 concurrently, learn in task order, commit. Killing the process at any moment and starting
 the same command again continues the run and ends in the same state.
 
-Commit protocol for one batch (files under `<run_dir>/state/`):
-  1. journal.json  ← the planned bank update and the batch's episode records (atomic write)
-  2. bank          ← apply the update (idempotent: absolute values)
-  3. episodes.jsonl← append the records (fsync)
-  4. checkpoint.json ← (epoch, batch) committed (atomic write); then the journal is removed.
+Commit protocol for one batch (paths named by `memrl.rundir.RunDir`):
+  1. state/journal.json    ← the planned bank update and the batch's records (atomic write)
+  2. bank/                 ← apply the update (idempotent: absolute values)
+  3. episodes.jsonl        ← append the records (fsync)
+  4. state/checkpoint.json ← (epoch, batch) committed (atomic write); then the journal goes.
 On start, a journal newer than the checkpoint is re-applied; episode lines beyond the
 checkpoint (a torn append) are dropped. A batch that never reached its journal is replayed;
 the response cache makes that replay free and identical.
@@ -32,6 +32,8 @@ from memrl.memory.base import LearnItem, MemoryModule
 from memrl.memory.entry import BankUpdate
 from memrl.records import (EpisodeRecord, EpisodeResult, RetrievedMemory, Task, append_jsonl,
                            iter_jsonl, write_json_atomic)
+from memrl.result_keys import extent, no_effect
+from memrl.rundir import RunDir
 from memrl.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -39,10 +41,10 @@ log = logging.getLogger(__name__)
 
 class RunnerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    epochs: int = Field(10, ge=1)
+    epochs: int = extent(10, ge=1)
     batch_size: int = Field(1, ge=1, description="B=1 is strictly online")
-    progress: bool = True
-    metrics_every_epoch: bool = True
+    progress: bool = no_effect(True)
+    metrics_every_epoch: bool = no_effect(True)
     # transfer protocol: after each training epoch, evaluate the frozen bank on another split
     mode: Literal["train", "transfer"] = "train"
     eval_split: str | None = None
@@ -66,19 +68,20 @@ class Checkpoint:
 
 
 class Runner:
-    def __init__(self, run_dir: str | Path, *, env: Any, memory: MemoryModule,
+    def __init__(self, run_dir: str | Path | RunDir, *, env: Any, memory: MemoryModule,
                  llm: LLMClient | None, settings: RunnerSettings, seed: int,
                  embed_intents: Callable[[list[str]], Any] | None = None,
                  on_epoch_end: Callable[[int], None] | None = None):
-        self.dir = Path(run_dir)
+        self.run_dir = RunDir(run_dir)
         self.env, self.memory, self.llm = env, memory, llm
         self.s, self.seed = settings, seed
         self.embed_intents = embed_intents
         self.on_epoch_end = on_epoch_end
-        self.state_dir = self.dir / "state"
-        self.episodes_path = self.dir / "episodes.jsonl"
-        self.ckpt_path = self.state_dir / "checkpoint.json"
-        self.journal_path = self.state_dir / "journal.json"
+        self.episodes_path = self.run_dir.episodes
+        self.ckpt_path = self.run_dir.checkpoint
+        self.journal_path = self.run_dir.journal
+        self.eval_path = self.run_dir.eval_episodes
+        self.eval_ckpt_path = self.run_dir.eval_checkpoint
         # episodes of one batch in parallel: as many as the model serves at once; with no
         # model (oracle agents) as many as the env says it can run (e.g. sandboxes per core)
         self.workers = llm.max_concurrency if llm is not None else int(getattr(env, "parallel_episodes", 1))
@@ -244,14 +247,6 @@ class Runner:
         return Checkpoint(epoch, todo[-1])
 
     # ------------------------------------------------------------ transfer eval
-    @property
-    def eval_path(self) -> Path:
-        return self.dir / "eval_episodes.jsonl"
-
-    @property
-    def eval_ckpt_path(self) -> Path:
-        return self.state_dir / "eval_checkpoint.json"
-
     def _recover_eval(self) -> Checkpoint:
         ckpt = Checkpoint(**json.loads(self.eval_ckpt_path.read_text())) \
             if self.eval_ckpt_path.exists() else Checkpoint()

@@ -21,6 +21,7 @@ from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
 from memrl.metrics import compute_metrics
 from memrl.records import RetrievedMemory, read_episodes
+from memrl.rundir import RunDir
 from memrl.runner import Runner, RunnerSettings
 from memrl_envs.hle import HLEEnv
 from memrl_envs.hle.data import HLEQuestion, Selection, load, normalise_image, rank, select
@@ -482,11 +483,11 @@ def test_two_epochs_of_memrl_with_a_judge_error_task(tmp_path) -> None:
     backend = ScriptedBackend(solver(answers))
     emb = HashingEmbedder(dim=64)
     memory = MemRLMemory(MemRLSettings(delta=0.5, k1=5, k2=3, write_mode="raw"),
-                         bank_dir=tmp_path / "run" / "bank", embedder=emb)
+                         bank_dir=RunDir(tmp_path / "run").bank, embedder=emb)
     runner = Runner(tmp_path / "run", env=env, memory=memory, llm=fast_client(backend),
                     settings=RunnerSettings(epochs=2, progress=False), seed=0, embed_intents=emb.embed)
     runner.run(env.tasks())
-    recs = {(r.epoch, r.task_id): r for r in read_episodes(tmp_path / "run" / "episodes.jsonl")}
+    recs = {(r.epoch, r.task_id): r for r in read_episodes(RunDir(tmp_path / "run").episodes)}
     assert len(recs) == 8
     outcome = {k: r.info["outcome"] for k, r in recs.items()}
     for e in (1, 2):

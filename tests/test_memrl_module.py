@@ -9,10 +9,11 @@ from memrl.embed import HashingEmbedder
 from memrl.memory.base import LearnItem
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
 from memrl.records import EpisodeResult, RetrievedMemory, Step, Task
+from memrl.rundir import RunDir
 
 
 def make(tmp_path, **kw):
-    return MemRLMemory(MemRLSettings(**kw), bank_dir=tmp_path / "bank", embedder=HashingEmbedder(dim=64))
+    return MemRLMemory(MemRLSettings(**kw), bank_dir=RunDir(tmp_path).bank, embedder=HashingEmbedder(dim=64))
 
 
 def item(task, success, injected=(), epoch=1, errored=False, text="exp"):

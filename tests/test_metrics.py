@@ -23,6 +23,7 @@ from memrl.metrics import (
     sr_curve,
 )
 from memrl.records import EpisodeRecord, append_jsonl
+from memrl.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -150,7 +151,7 @@ def test_empty_records_raise() -> None:
 
 
 def _write_run(run_dir: Path) -> None:
-    append_jsonl(run_dir / "episodes.jsonl", [r.to_json() for r in records_from(S3)])
+    append_jsonl(RunDir(run_dir).episodes, [r.to_json() for r in records_from(S3)])
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -172,12 +173,12 @@ def test_cli_writes_metrics_and_plots(tmp_path: Path) -> None:
     p = _cli(str(tmp_path))
     assert p.returncode == 0, p.stderr
     printed = json.loads(p.stdout)
-    on_disk = json.loads((tmp_path / "metrics.json").read_text())
+    on_disk = json.loads(RunDir(tmp_path).metrics.read_text())
     assert printed == on_disk
     assert on_disk["forgetting_mean"] == pytest.approx(0.5)
     assert on_disk["csr"] == pytest.approx(1.0)
     for name in ("sr.png", "csr.png", "forgetting.png"):
-        png = tmp_path / "plots" / name
+        png = RunDir(tmp_path).plots / name
         assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -185,22 +186,22 @@ def test_cli_no_plots(tmp_path: Path) -> None:
     _write_run(tmp_path)
     p = _cli(str(tmp_path), "--no-plots")
     assert p.returncode == 0, p.stderr
-    assert (tmp_path / "metrics.json").is_file()
-    assert not (tmp_path / "plots").exists()
+    assert RunDir(tmp_path).metrics.is_file()
+    assert not RunDir(tmp_path).plots.exists()
 
 
 def test_cli_missing_dir_exits_2(tmp_path: Path) -> None:
     p = _cli(str(tmp_path / "nope"))
     assert p.returncode == 2
     assert p.stdout == ""
-    assert len(p.stderr.strip().splitlines()) == 1 and "episodes.jsonl" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and RunDir.EPISODES in p.stderr
 
 
 def test_cli_missing_episodes_file_exits_2(tmp_path: Path) -> None:
     p = _cli(str(tmp_path))
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "metrics.json").exists()
+    assert not RunDir(tmp_path).metrics.exists()
 
 
 def test_outcome_classes_are_counted_per_epoch() -> None:

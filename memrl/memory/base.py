@@ -1,7 +1,7 @@
 """The memory seam. MemRL and every baseline implement the same calls, so a run differs
 only by `memory=<name>`.
 
-The two calls of DESIGN §3 are `retrieve(task)` and `learn(episodes)`. `learn` is split in
+The two calls of docs/design.md §3 are `retrieve(task)` and `learn(episodes)`. `learn` is split in
 three so a batch can be journaled and a crashed run resumed exactly:
 
 - `select`  per episode, in the worker thread, before the episode: model-side filtering of
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memrl.records import EpisodeResult, RetrievedMemory, Task
+from memrl.rundir import RunDir
 
 from .entry import BankUpdate
 
@@ -107,7 +108,7 @@ class BankedMemory(MemoryModule):
 
     @classmethod
     def build(cls, settings: Any, *, run_dir: Path, embedder: Any) -> "BankedMemory":
-        return cls(settings, bank_dir=Path(run_dir) / "bank", embedder=embedder)
+        return cls(settings, bank_dir=RunDir(run_dir).bank, embedder=embedder)
 
     def __init__(self, settings: Any, *, bank_dir: str | Path, embedder: Any):
         self.s = settings
