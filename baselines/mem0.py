@@ -1,4 +1,4 @@
-"""Mem0 baseline (DESIGN §6): the `mem0ai` package's `Memory`, driven by the project's LLM
+"""Mem0 baseline (docs/design.md §6): the `mem0ai` package's `Memory`, driven by the project's LLM
 layer and embedder, with its vector store in embedded Chroma under `<run_dir>/mem0`.
 
 How mem0 is wired in (mem0ai 2.2.1)
@@ -70,11 +70,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from memrl.llm.cache import default_cache_dir
+from memrl.cache import default_cache_dir
 from memrl.memory.base import LearnItem, MemoryModule
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.writer import format_trajectory
 from memrl.records import EpisodeResult, RetrievedMemory, Task, append_jsonl, iter_jsonl
+from memrl.result_keys import no_effect
+from memrl.rundir import RunDir
 from memrl.seeding import derive_seed
 
 if TYPE_CHECKING:
@@ -271,7 +273,7 @@ class Mem0Settings(BaseModel):
                              description="mem0's minimum search score (its default 0.1)")
     infer: bool = Field(True, description="false: store each episode as raw text, no model call")
     agent_id: str = Field("memrl-agent", min_length=1, description="mem0's memory scope")
-    collection: str = "mem0"
+    collection: str = no_effect("mem0")  # a storage name, inside the run's own mem0 store
     max_trajectory_chars: int | None = Field(3000, ge=0, description="null = whole trajectory")
     llm_max_tokens: int = Field(2000, ge=1, description="max tokens of mem0's extraction answer "
                                 "(mem0's default 2000)")
@@ -314,7 +316,7 @@ class Mem0Memory(MemoryModule):
 
     @classmethod
     def build(cls, settings: Mem0Settings, *, run_dir: Path, embedder: Any) -> "Mem0Memory":
-        return cls(settings, store_dir=Path(run_dir) / "mem0", embedder=embedder)
+        return cls(settings, store_dir=RunDir(run_dir).mem0, embedder=embedder)
 
     def __init__(self, settings: Mem0Settings, *, store_dir: str | Path, embedder: "Embedder"):
         self.s = settings

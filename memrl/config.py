@@ -8,6 +8,7 @@ Env and memory sections name their class in `_target_`; the class carries its `S
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from hydra.utils import get_class
@@ -15,7 +16,12 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from memrl.result_keys import no_effect
 from memrl.runner import RunnerSettings
+
+
+# configs/ of the checkout (the package is installed editable, so it sits beside memrl/)
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
 class ConfigError(ValueError):
@@ -28,21 +34,24 @@ class LLMSettings(BaseModel):
     backend: Literal["litellm", "local", "scripted"]
     model: str | None = None
     api_base: str | None = None
-    api_key_env: str | None = None  # name of the env var holding the key (never the key itself)
-    timeout: float = Field(60.0, gt=0)
-    max_concurrency: int = Field(8, ge=1)
-    max_retries: int = Field(6, ge=0)
+    # name of the env var holding the key (never the key itself)
+    api_key_env: str | None = no_effect(None)
+    timeout: float = no_effect(60.0, gt=0)
+    max_concurrency: int = no_effect(8, ge=1)
+    max_retries: int = no_effect(6, ge=0)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(256, ge=1)
-    cache: bool = True
-    cache_path: str | None = None
+    # the response cache replays answers; it does not change them
+    cache: bool = no_effect(True)
+    cache_path: str | None = no_effect(None)
     n_ctx: int = Field(4096, ge=256)
-    n_threads: int | None = Field(None, ge=1)
+    # CPU threads of the embedded model (not part of the response cache key either)
+    n_threads: int | None = no_effect(None, ge=1)
     model_path: str | None = None
     script: str | None = None  # scripted backend: "package.module:function" (tests)
-    backoff_base: float = Field(1.0, ge=0.0)
-    backoff_max: float = Field(60.0, ge=0.0)
+    backoff_base: float = no_effect(1.0, ge=0.0)
+    backoff_max: float = no_effect(60.0, ge=0.0)
     # accepts images: true/false; null = litellm's model list (litellm), false (local)
     vision: bool | None = None
 
@@ -59,16 +68,38 @@ class EmbedderSettings(BaseModel):
     backend: Literal["minilm", "litellm", "hashing"]
     model: str | None = None
     api_base: str | None = None
-    api_key_env: str | None = None
-    cache: bool = True
-    cache_path: str | None = None
-    dim: int = Field(64, ge=2)
+    api_key_env: str | None = no_effect(None)
+    cache: bool = no_effect(True)
+    cache_path: str | None = no_effect(None)
+    # the hashing embedder's dimension; MiniLM is 384-d and API models say theirs
+    dim: int | None = Field(None, ge=2)
+
+    @model_validator(mode="after")
+    def _check(self) -> "EmbedderSettings":
+        if self.dim is not None and self.backend != "hashing":
+            raise ValueError(f"dim: only the hashing embedder takes a dimension "
+                             f"({self.backend} embeddings have the model's own)")
+        return self
+
+
+class PathsSettings(BaseModel):
+    """The `paths` section: where machine-wide files live (memrl.cache)."""
+
+    model_config = ConfigDict(extra="forbid")
+    cache_dir: str = no_effect(description="response, embedding and data caches, the DB server's "
+                               "data ($MEMRL_CACHE_DIR, else ~/.cache/memrl)")
 
 
 class AgentSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     needs_llm: bool = True
+
+
+# Sections whose schema is fixed (env and memory name their class, and so their schema, in
+# `_target_`); memrl.result_keys reads the marks of the same schemas.
+SECTION_SCHEMAS: dict[str, type[BaseModel]] = {
+    "llm": LLMSettings, "embedder": EmbedderSettings, "agent": AgentSettings, "runner": RunnerSettings}
 
 
 @dataclass
@@ -141,8 +172,7 @@ def validate(cfg: DictConfig) -> Validated:
                 parsed[section] = cls.Settings.model_validate(data)
             except ValidationError as exc:
                 problems += _errors(section, exc)
-    for section, model in (("llm", LLMSettings), ("embedder", EmbedderSettings),
-                           ("agent", AgentSettings), ("runner", RunnerSettings)):
+    for section, model in SECTION_SCHEMAS.items():
         try:
             parsed[section] = model.model_validate(_section(cfg, section))
         except ValidationError as exc:

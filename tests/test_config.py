@@ -12,6 +12,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from memrl.config import ConfigError, validate
+from memrl.rundir import RunDir
 
 CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
@@ -73,7 +74,7 @@ def test_cli_rejects_bad_value_before_building_anything(tmp_path):
                          env=env, timeout=120)
     assert out.returncode == 2
     assert "memory.lam" in out.stderr
-    assert not (tmp_path / "run" / "run_card.json").exists()
+    assert not RunDir(tmp_path / "run").card.exists()
 
 
 def test_cli_unknown_group_option_is_a_clear_error(tmp_path):
@@ -96,10 +97,10 @@ def test_memrl_variant_configs():
 def test_resume_refuses_a_different_config_but_allows_exempt_keys(tmp_path):
     import json
 
-    from memrl.run import check_resume
+    from memrl.runcard import check_resume
 
     config = {"memory": {"lam": 0.5, "alpha": 0.3}, "runner": {"epochs": 2, "progress": True}, "seed": 0}
-    card = tmp_path / "run_card.json"
+    card = RunDir(tmp_path).card
     assert check_resume(card, config) is None  # a new run
     card.write_text(json.dumps({"config": config}))
     more_epochs = {**config, "runner": {"epochs": 5, "progress": False}}

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from memrl.result_keys import data_location, no_effect
+
 
 class BigCodeBenchSettings(BaseModel):
     """What `env=bigcodebench` accepts; every problem names its field."""
@@ -15,7 +17,7 @@ class BigCodeBenchSettings(BaseModel):
 
     name: str = "bigcodebench"
     # where the tasks come from: a local JSONL in the hub's schema, or (null) the hub
-    data_path: str | None = Field(None, description="local JSONL; null = the Hugging Face hub")
+    data_path: str | None = data_location(None, description="local JSONL; null = the Hugging Face hub")
     version: str = Field("v0.1.4", description="hub split name (the dataset version)")
     split: Literal["instruct", "complete"] = "instruct"
     subset: Literal["full", "hard"] = "hard"
@@ -23,7 +25,7 @@ class BigCodeBenchSettings(BaseModel):
     part: Literal["train", "validation", "all"] = "train"
     split_seed: int = Field(42, ge=0)
     train_ratio: float = Field(0.7, gt=0.0, lt=1.0)
-    split_file: str | None = Field(None, description="JSON split file; null = one in cache_dir")
+    split_file: str | None = data_location(None, description="JSON split file; null = one in cache_dir")
     max_tasks: int | None = Field(None, ge=1)
     task_ids: list[str] | None = None
     max_steps: int = Field(1, ge=1, description="accepted for debug presets; an episode is one attempt")
@@ -33,8 +35,8 @@ class BigCodeBenchSettings(BaseModel):
     memory_mb: int = Field(4096, ge=256, description="address-space limit of the sandbox")
     nproc: int = Field(256, ge=8, description="processes+threads the sandbox may hold")
     calibrated: bool = Field(True, description="prepend the code prompt, as bigcodebench's calibrated eval")
-    max_parallel: int | None = Field(None, ge=1, description="sandboxes at once; null = CPU count")
-    cache_dir: str | None = None
+    max_parallel: int | None = no_effect(None, ge=1, description="sandboxes at once; null = CPU count")
+    cache_dir: str | None = no_effect(None)
 
     @model_validator(mode="after")
     def _check(self) -> "BigCodeBenchSettings":

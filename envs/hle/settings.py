@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from memrl.config import LLMSettings
+from memrl.result_keys import data_location, no_effect
 
 # Fields of the judge section that go to `memrl.llm.factory.build_client` as they are.
 CLIENT_FIELDS = (
@@ -29,7 +30,7 @@ class JudgeSettings(LLMSettings):
     # the LLM section's fields and checks, with a judge's defaults
     name: str = "judge"
     backend: Literal["litellm", "local", "scripted"] = "litellm"
-    timeout: float = Field(120.0, gt=0)
+    timeout: float = no_effect(120.0, gt=0)
     max_tokens: int = Field(2048, ge=1)
     examples: int | None = Field(None, ge=0, le=2)
     json_mode: bool = True
@@ -57,13 +58,13 @@ class HLESettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = "hle"
-    data_path: str | None = Field(
+    data_path: str | None = data_location(
         None, description="a local .parquet/.jsonl/.json file (or a folder of them) in HLE's "
         "schema; null = load hf_dataset from the Hugging Face hub")
     hf_dataset: str = "cais/hle"
     hf_split: str = "test"
     hf_revision: str | None = None
-    hf_token_env: str = "HF_TOKEN"
+    hf_token_env: str = no_effect("HF_TOKEN")
     categories: list[str] | None = None
     modality: Literal["all", "text", "image"] = "all"
     ratio: float | None = Field(None, gt=0.0, le=1.0, description="fraction kept per category")

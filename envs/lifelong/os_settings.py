@@ -6,6 +6,8 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
+from memrl.result_keys import no_effect
+
 from .task_settings import LifelongTaskSettings
 
 
@@ -15,10 +17,10 @@ class LifelongOsSettings(LifelongTaskSettings):
 
     name: str = "lifelong_os"
     # the system
-    rootfs_dir: str | None = Field(None, description="cache folder of root file systems (null: "
+    rootfs_dir: str | None = no_effect(None, description="cache folder of root file systems (null: "
                                    "$MEMRL_ROOTFS_DIR, $MEMRL_CACHE_DIR/rootfs or ~/.cache/memrl/rootfs)")
-    build_rootfs: bool = Field(False, description="build the root file system on first use when missing")
-    scratch_dir: str | None = None
+    build_rootfs: bool = no_effect(False, description="build the root file system on first use when missing")
+    scratch_dir: str | None = no_effect(None)
     upper_size_mb: int = Field(1024, ge=16)
     pids_max: int = Field(1024, ge=0)
     workdir: str = "/"
@@ -28,7 +30,7 @@ class LifelongOsSettings(LifelongTaskSettings):
     # the prompt
     with_example: bool = True
     max_tokens: int = Field(256, ge=1, description="tokens per action reply")
-    cache_dir: str | None = None
+    cache_dir: str | None = no_effect(None)
 
     @model_validator(mode="after")
     def _check(self) -> "LifelongOsSettings":

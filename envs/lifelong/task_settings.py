@@ -8,6 +8,8 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from memrl.result_keys import data_location
+
 from .loader import HUB_PREFIX
 
 
@@ -16,10 +18,10 @@ class LifelongTaskSettings(BaseModel):
     FILE_KIND: ClassVar[str] = "task"   # names the file in error messages (e.g. "DB task")
     FILE_HINT: ClassVar[str] = ""
 
-    data_path: str = Field(description="the task file (JSON keyed by sample index) or hf://<repo>[/<config>]")
+    data_path: str = data_location(description="the task file (JSON keyed by sample index) or hf://<repo>[/<config>]")
     hub_split: str = "train"
     split: Literal["all", "train", "validation"] = "all"
-    split_file: str | None = None
+    split_file: str | None = data_location(None)
     val_fraction: float = Field(0.3, gt=0.0, lt=1.0)
     split_seed: int = 0
     max_steps: int = Field(15, ge=1)
