@@ -134,7 +134,7 @@ class BigCodeBenchEnv:
     def _cache_base(self) -> Path:
         if self.cache_dir is not None:
             return self.cache_dir
-        from memrl.llm.cache import default_cache_dir
+        from memrl.cache import default_cache_dir
 
         return Path(default_cache_dir())
 

@@ -213,7 +213,7 @@ def parse_output(stdout: str, marker: str, *, timed_out: bool, returncode: int |
 
 
 def _default_cache_dir() -> Path:
-    from memrl.llm.cache import default_cache_dir
+    from memrl.cache import default_cache_dir
 
     return Path(default_cache_dir())
 

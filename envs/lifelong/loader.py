@@ -215,7 +215,9 @@ def default_split_path(source: str | os.PathLike[str], cache_dir: str | os.PathL
                        val_fraction: float, seed: int) -> Path:
     """Where a split file lives unless the config names one: the cache folder, named after
     the data file, the fraction and the seed."""
-    base = Path(cache_dir) if cache_dir else Path(os.environ.get("MEMRL_CACHE_DIR", "~/.cache/memrl"))
+    from memrl.cache import default_cache_dir
+
+    base = Path(cache_dir) if cache_dir else default_cache_dir()
     stem = Path(str(source).replace(HUB_PREFIX, "hf_").replace("/", "_")).stem
     return base.expanduser() / "lifelong_splits" / f"{stem}.val{val_fraction:g}.seed{seed}.json"
 
