@@ -1,4 +1,4 @@
-"""MemP (Fang et al. 2025, "MemP: Exploring Agent Procedural Memory"; DESIGN §6): procedural
+"""MemP (Fang et al. 2025, "MemP: Exploring Agent Procedural Memory"; docs/design.md §6): procedural
 memory with three independent axes, each a setting.
 
 Build (what one episode stores):

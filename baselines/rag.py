@@ -1,4 +1,4 @@
-"""RAG baseline (DESIGN §6): every episode is stored as it happened; retrieval is top-k by
+"""RAG baseline (docs/design.md §6): every episode is stored as it happened; retrieval is top-k by
 cosine similarity of intents; everything retrieved is injected.
 
 - Write: one entry per episode, with no model call: a two-line header (the task and its

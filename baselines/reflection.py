@@ -1,4 +1,4 @@
-"""Single-task reflection (Reflexion-style, DESIGN §6): each task sees only its own previous
+"""Single-task reflection (Reflexion-style, docs/design.md §6): each task sees only its own previous
 attempt, never another task's.
 
 - Memory: one entry per task, id `last:<task_id>`, replaced after every attempt (an upsert

@@ -1,4 +1,4 @@
-"""Self-RAG-style baseline (DESIGN §6): the frozen model itself decides whether to retrieve
+"""Self-RAG-style baseline (docs/design.md §6): the frozen model itself decides whether to retrieve
 and which retrieved memories are relevant.
 
 - Bank: written like MemRL's (the project's experience writer: a short plan after a success,

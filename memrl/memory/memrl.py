@@ -1,4 +1,4 @@
-"""MemRL (DESIGN §4): a bank of (intent, experience, Q); two-phase retrieval (similarity gate
+"""MemRL (docs/design.md §4): a bank of (intent, experience, Q); two-phase retrieval (similarity gate
 then utility-aware ranking); Monte-Carlo utility updates of the injected memories; one new
 memory per episode written by the frozen model.
 
