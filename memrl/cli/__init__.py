@@ -6,6 +6,8 @@
     memrl bank top|hist|export|import|merge|copy ...   memory banks (memrl/cli/bank.py)
     memrl cache stats|clear|path         the cache folder (memrl/cli/cache.py)
     memrl keys [--hydra]                 which config keys do not change results (memrl/cli/keys.py)
+    memrl db up|down|status              the Lifelong-DB MariaDB server (memrl_envs.lifelong.db_server)
+    memrl rootfs build|path              the Lifelong-OS root file system (memrl_envs.lifelong.os_rootfs)
 
 Installed as a console script by `make setup` ([project.scripts] in pyproject.toml); without
 it, `python -m memrl.cli <subcommand> ...` is the same.
@@ -34,12 +36,13 @@ def _run(argv: list[str]) -> int:
     return 0
 
 
-def _tool(module: str) -> Callable[[list[str]], int]:
+def _tool(module: str, *, named: bool = True) -> Callable[[list[str]], int]:
+    """A subcommand that is `module.main(argv)` (`named`: it takes `prog` for its usage line)."""
     def call(argv: list[str]) -> int:
         import importlib
 
-        name = module.rsplit(".", 1)[1]
-        return int(importlib.import_module(module).main(argv, prog=f"memrl {name}"))
+        main = importlib.import_module(module).main
+        return int(main(argv, prog=f"memrl {module.rsplit('.', 1)[1]}") if named else main(argv))
     return call
 
 
@@ -50,6 +53,8 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "bank": _tool("memrl.cli.bank"),
     "cache": _tool("memrl.cli.cache"),
     "keys": _tool("memrl.cli.keys"),
+    "db": _tool("memrl_envs.lifelong.db_server", named=False),
+    "rootfs": _tool("memrl_envs.lifelong.os_rootfs", named=False),
 }
 
 
