@@ -26,7 +26,12 @@ A nested schema marked `no_effect` (e.g. `logger.wandb`) is no-effect in all its
 section whose keys are all no-effect (`logger`, `paths`) is no-effect as a whole, so its
 group choice (`logger=wandb`) is too.
 
-The three lists derived here: `resume_exempt()` (memrl.runcard), `report_ignored()`
+A config's keys are read with the marks of the schemas it is validated by: the fixed sections'
+and those of the env and memory classes its `_target_`s name (a class that does not import
+here is read with the marks of every class its group offers). No two schemas of one section
+may mark a key differently (`conflicts`), so this is the same as reading every schema.
+
+The three lists derived here: `resume_exempt(config)` (memrl.runcard), `report_ignored(config)`
 (memrl.report.grouping) and `hydra_exclude_keys()`, which is written out in configs/config.yaml
 (`hydra.job.config.override_dirname.exclude_keys`; Hydra reads that list while it composes the
 config, before any memrl code runs, so it is kept as plain YAML and a test checks that it
@@ -126,26 +131,54 @@ def _config_dir(config_dir: Path | None) -> Path:
 
 
 def _target_classes(group: str, config_dir: Path | None = None) -> list[type]:
-    """The classes the options of a target group name (configs/<group>/*.yaml)."""
-    from hydra.utils import get_class
-
-    config_dir = _config_dir(config_dir)
+    """The classes the options of a target group name (configs/<group>/*.yaml) that import
+    here (a class whose extra is not installed is left out: see `unimportable`)."""
     found: dict[str, type] = {}
-    for path in sorted((config_dir / group).glob("*.yaml")):
-        match = re.search(r"^_target_:\s*(\S+)", path.read_text(encoding="utf-8"), re.M)
-        if match and match.group(1) not in found:
-            found[match.group(1)] = get_class(match.group(1))
+    for target in _group_targets(group, config_dir):
+        cls = _import(target)
+        if cls is not None:
+            found[target] = cls
     return list(found.values())
 
 
-def section_schemas() -> dict[str, list[type[BaseModel]]]:
-    """Every schema a section of the composed config can be validated by."""
+def _group_targets(group: str, config_dir: Path | None = None) -> list[str]:
+    targets: list[str] = []
+    for path in sorted((_config_dir(config_dir) / group).glob("*.yaml")):
+        match = re.search(r"^_target_:\s*(\S+)", path.read_text(encoding="utf-8"), re.M)
+        if match and match.group(1) not in targets:
+            targets.append(match.group(1))
+    return targets
+
+
+@lru_cache(maxsize=None)
+def _import(target: str) -> type | None:
+    from hydra.utils import get_class
+
+    try:
+        cls = get_class(target)
+    except Exception:  # not installed here (an extra), or a class that no longer exists
+        return None
+    return cls if isinstance(getattr(cls, "Settings", None), type) else None
+
+
+def unimportable() -> list[str]:
+    """Classes the config groups name that do not import here (their marks are unknown)."""
+    return [t for g in TARGET_GROUPS for t in _group_targets(g) if _import(t) is None]
+
+
+def _fixed_schemas() -> dict[str, list[type[BaseModel]]]:
     from memrl.config import SECTION_SCHEMAS, PathsSettings
     from memrl.logging_wandb import LoggerSettings
 
     out: dict[str, list[type[BaseModel]]] = {k: [v] for k, v in SECTION_SCHEMAS.items()}
     out["logger"] = [LoggerSettings]
     out["paths"] = [PathsSettings]
+    return out
+
+
+def section_schemas() -> dict[str, list[type[BaseModel]]]:
+    """Every schema a section of the composed config can be validated by."""
+    out = _fixed_schemas()
     for group in TARGET_GROUPS:
         out[group] = [cls.Settings for cls in _target_classes(group)]
     return out
@@ -175,9 +208,35 @@ def _all_marks() -> tuple[dict[str, str], tuple[str, ...]]:
     return marks, tuple(conflicts)
 
 
-def marks() -> dict[str, str]:
-    """Dotted key -> mark over every schema of every section (keys not listed: result)."""
-    return dict(_all_marks()[0])
+@lru_cache(maxsize=1)
+def _fixed_marks() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for section, schemas in _fixed_schemas().items():
+        out.update(_merge(section, schemas, []))
+    return out
+
+
+@lru_cache(maxsize=None)
+def _group_marks(group: str, target: str | None) -> dict[str, str]:
+    """Marks of a target section: its class's schema; for a class unknown here (none named,
+    or it does not import), those of every class the group's options name."""
+    cls = _import(target) if target else None
+    schemas = [cls.Settings] if cls is not None else [c.Settings for c in _target_classes(group)]
+    return _merge(group, schemas, [])
+
+
+def marks(config: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Dotted key -> mark (keys not listed change results). For a config: the marks of the
+    schemas it is validated by (its own env and memory classes); without one: of every
+    schema any config can use."""
+    if config is None:
+        return dict(_all_marks()[0])
+    out = dict(_fixed_marks())
+    for group in TARGET_GROUPS:
+        node = config.get(group)
+        target = node.get("_target_") if isinstance(node, Mapping) else None
+        out.update(_group_marks(group, str(target) if target else None))
+    return out
 
 
 def conflicts() -> list[str]:
@@ -185,18 +244,18 @@ def conflicts() -> list[str]:
     return list(_all_marks()[1])
 
 
-def keys_marked(*wanted: str) -> frozenset[str]:
-    return frozenset(k for k, m in _all_marks()[0].items() if m in wanted)
+def keys_marked(*wanted: str, config: Mapping[str, Any] | None = None) -> frozenset[str]:
+    return frozenset(k for k, m in marks(config).items() if m in wanted)
 
 
-def resume_exempt() -> frozenset[str]:
+def resume_exempt(config: Mapping[str, Any] | None = None) -> frozenset[str]:
     """Keys that may differ between the sessions of one run."""
-    return keys_marked(NO_EFFECT, EXTENT, DATA_LOCATION)
+    return keys_marked(NO_EFFECT, EXTENT, DATA_LOCATION, config=config)
 
 
-def report_ignored() -> frozenset[str]:
+def report_ignored(config: Mapping[str, Any] | None = None) -> frozenset[str]:
     """Keys whose values never make two runs two experiments in the report."""
-    return keys_marked(NO_EFFECT, DATA_LOCATION)
+    return keys_marked(NO_EFFECT, DATA_LOCATION, config=config)
 
 
 def path_keys(config_dir: Path | None = None) -> list[str]:
@@ -210,7 +269,7 @@ def path_keys(config_dir: Path | None = None) -> list[str]:
 
 
 def hydra_exclude_keys() -> list[str]:
-    """Override keys left out of the run directory's name."""
+    """Override keys left out of the run directory's name (any config: every schema)."""
     return sorted(set(path_keys()) | keys_marked(NO_EFFECT, EXTENT))
 
 
@@ -220,16 +279,11 @@ def retired(config: Mapping[str, Any]) -> set[str]:
     (`RETIRED_FIELDS` on the Settings of the class the section's `_target_` names)."""
     out: set[str] = set()
     for group in TARGET_GROUPS:
-        target = (config.get(group) or {}).get("_target_") if isinstance(config.get(group), Mapping) else None
-        if not target:
-            continue
-        try:
-            from hydra.utils import get_class
-
-            settings = get_class(str(target)).Settings
-        except Exception:  # a class that no longer exists: nothing known about it
-            continue
-        out |= {f"{group}.{k}" for k in getattr(settings, "RETIRED_FIELDS", ())}
+        node = config.get(group)
+        target = node.get("_target_") if isinstance(node, Mapping) else None
+        cls = _import(str(target)) if target else None
+        if cls is not None:
+            out |= {f"{group}.{k}" for k in getattr(cls.Settings, "RETIRED_FIELDS", ())}
     return out
 
 

@@ -137,7 +137,7 @@ def comparable(config: dict[str, Any]) -> dict[str, Any]:
     section's schema has retired."""
     from memrl import result_keys
 
-    return result_keys.without(config, result_keys.resume_exempt() | result_keys.retired(config))
+    return result_keys.without(config, result_keys.resume_exempt(config) | result_keys.retired(config))
 
 
 def config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:

@@ -24,6 +24,16 @@ CONFIGS = REPO / "configs"
 
 def test_no_key_is_marked_two_ways():
     assert K.conflicts() == []
+    assert K.unimportable() == []  # every env and memory class of configs/ was read
+
+
+def test_a_config_is_read_with_its_own_classes_marks():
+    db = {"env": {"_target_": "memrl_envs.lifelong.LifelongDbEnv"}}
+    alf = {"env": {"_target_": "memrl_envs.alfworld.AlfworldEnv"}}
+    assert "env.port" in K.resume_exempt(db) and "env.port" not in K.resume_exempt(alf)
+    assert K.resume_exempt(db) <= K.resume_exempt() and "llm.timeout" in K.resume_exempt(alf)
+    # a class unknown here: every class of its group lends its marks
+    assert K.resume_exempt({"env": {"_target_": "gone.Env"}}) == K.resume_exempt()
 
 
 def test_the_yaml_exclude_list_is_the_derived_one():

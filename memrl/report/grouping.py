@@ -36,12 +36,15 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def ignored_keys() -> frozenset[str]:
-    """Keys that never make two runs two groups: the report's own axes and every key marked
-    as not changing results (memrl.result_keys.report_ignored)."""
+def ignored_keys(configs: Sequence[dict[str, Any]]) -> frozenset[str]:
+    """Keys that never make two runs two groups: the report's own axes and every key the
+    runs' schemas mark as not changing results (memrl.result_keys.report_ignored)."""
     from memrl.result_keys import report_ignored
 
-    return AXES | report_ignored()
+    out = set(AXES)
+    for c in configs:
+        out |= report_ignored(c)
+    return frozenset(out)
 
 
 def _ignored(key: str, ignored: frozenset[str]) -> bool:
@@ -66,7 +69,7 @@ def swept_keys(configs: Sequence[dict[str, Any]]) -> list[str]:
     """Dotted config keys whose values differ between the configs (except `ignored_keys`)."""
     flat = [flatten(comparable_config(c)) for c in configs]
     keys = sorted({k for f in flat for k in f})
-    ignored = ignored_keys()
+    ignored = ignored_keys(configs)
     return [k for k in keys if not _ignored(k, ignored) and len({_hashable(f.get(k)) for f in flat}) > 1]
 
 
