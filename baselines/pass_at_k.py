@@ -39,7 +39,7 @@ class PassAtK(MemoryModule):
     def __init__(self, settings: PassAtKSettings | None = None) -> None:
         self.settings = settings or PassAtKSettings()
 
-    def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
+    def prepare(self, tasks: list[Task], seed: int) -> dict[str, Any]:
         return {"k": self.settings.k}
 
     def plan(self, items: list[LearnItem]) -> BankUpdate:
