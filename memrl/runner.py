@@ -22,7 +22,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
@@ -33,6 +33,9 @@ from memrl.memory.entry import BankUpdate
 from memrl.records import (EpisodeRecord, EpisodeResult, RetrievedMemory, Task, append_jsonl,
                            iter_jsonl, write_json_atomic)
 from memrl.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from memrl_envs.base import Env
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +69,7 @@ class Checkpoint:
 
 
 class Runner:
-    def __init__(self, run_dir: str | Path, *, env: Any, memory: MemoryModule,
+    def __init__(self, run_dir: str | Path, *, env: "Env", memory: MemoryModule,
                  llm: LLMClient | None, settings: RunnerSettings, seed: int,
                  embed_intents: Callable[[list[str]], Any] | None = None,
                  on_epoch_end: Callable[[int], None] | None = None):
@@ -81,7 +84,7 @@ class Runner:
         self.journal_path = self.state_dir / "journal.json"
         # episodes of one batch in parallel: as many as the model serves at once; with no
         # model (oracle agents) as many as the env says it can run (e.g. sandboxes per core)
-        self.workers = llm.max_concurrency if llm is not None else int(getattr(env, "parallel_episodes", 1))
+        self.workers = llm.max_concurrency if llm is not None else int(env.parallel_episodes)
         self._embeddings: dict[str, list[float]] = {}
         self._solved: set[str] = set()
 
@@ -169,18 +172,20 @@ class Runner:
             tokens=meter.tokens() if meter else {"prompt": 0, "completion": 0},
             llm_calls=meter.calls if meter else 0, cache_hits=meter.cache_hits if meter else 0,
             errors=list(result.errors), transcript=[asdict(s) for s in result.transcript],
-            info=info, seed=seed, duration_s=round(time.monotonic() - t0, 3))
+            info=info, seed=seed, duration_s=round(time.monotonic() - t0, 3),
+            outcome=result.outcome, outcome_detail=result.outcome_detail)
         item = LearnItem(task=task, result=result, injected=memories, epoch=epoch, digest=digest,
                          errored=errored, embedding=self._embeddings.get(task.task_id, []))
         return record, item
 
     def _carried(self, epoch: int, batch: int, task: Task, seed: int) -> tuple[EpisodeRecord, LearnItem]:
         """A task already solved by a module that does not re-attempt solved tasks."""
-        result = EpisodeResult(success=True, reward=1.0, steps=0, info={"carried": True})
+        result = EpisodeResult(success=True, reward=1.0, steps=0, info={"carried": True},
+                               outcome="success", outcome_detail="carried")
         record = EpisodeRecord(epoch=epoch, batch=batch, task_id=task.task_id, intent=task.intent,
                                success=True, reward=1.0, steps=0,
                                tokens={"prompt": 0, "completion": 0}, info={"carried": True},
-                               seed=seed)
+                               seed=seed, outcome="success", outcome_detail="carried")
         return record, LearnItem(task=task, result=result, injected=[], epoch=epoch,
                                  embedding=self._embeddings.get(task.task_id, []))
 
