@@ -56,7 +56,7 @@ def sweep_cli(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
            "MEMRL_CACHE_DIR": str(tmp / "cache"), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    base = ["-m", "env=tiny", "llm=scripted", "embedder=hashing", "retrieval.delta=0.0",
+    base = ["-m", "env=tiny", "llm=scripted", "embedder=hashing", "env.retrieval.delta=0.0",
             "runner.progress=false", "runner.epochs=2", f"hydra.searchpath=[file://{FIXTURE_CONFIGS}]"]
     return subprocess.run([sys.executable, "-m", "memrl.run", *base, *args], cwd=tmp, env=env,
                           capture_output=True, text=True, timeout=600)
