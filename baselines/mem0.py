@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from memrl.cache import default_cache_dir
-from memrl.memory.base import LearnItem, MemoryModule
+from memrl.memory.base import EntryMemory, LearnItem, NewMemory
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.writer import format_trajectory
 from memrl.records import EpisodeResult, RetrievedMemory, Task, append_jsonl, iter_jsonl
@@ -310,7 +310,7 @@ def raw_text(messages: list[dict[str, str]]) -> str:
     return "\n".join(m["content"] for m in messages)
 
 
-class Mem0Memory(MemoryModule):
+class Mem0Memory(EntryMemory):
     name = "mem0"
     Settings = Mem0Settings
 
@@ -345,14 +345,14 @@ class Mem0Memory(MemoryModule):
         self.mem = Memory(config)
         self.ledger_path = self.dir / "applied.jsonl"
         self._applied: dict[str, dict[str, Any]] = {r["key"]: r for r in iter_jsonl(self.ledger_path)}
-        self._next_order = max((int(r.get("order", -1)) for r in self._applied.values()), default=-1) + 1
+        self._next_order_value = max((int(r.get("order", -1)) for r in self._applied.values()), default=-1) + 1
 
     # ----------------------------------------------------------------- wiring
     def attach_llm(self, llm: "LLMClient | None") -> None:
         """The run's LLM client: mem0's model calls during `apply` go through it."""
         self._client = llm
 
-    def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
+    def prepare(self, tasks: list[Task], seed: int) -> dict[str, Any]:
         self.seed = int(seed)
         return {"k": self.s.k, "mem0ai": getattr(mem0, "__version__", "?"), "infer": self.s.infer,
                 "vector_store": "chroma", "threshold": self.s.threshold}
@@ -390,22 +390,20 @@ class Mem0Memory(MemoryModule):
         return {"messages": episode_messages(task.intent, result, self.s.max_trajectory_chars)}
 
     def plan(self, items: list[LearnItem]) -> BankUpdate:
-        update = BankUpdate()
-        order = self._next_order
-        for it in items:
-            if it.errored and not self.s.learn_from_errors:
-                continue
-            if it.digest is None or it.result.info.get("carried"):
-                continue
-            messages = it.digest["messages"]
-            update.add.append(MemoryEntry(
-                memory_id=f"e{it.epoch:03d}:{it.task.task_id}", intent=it.task.intent,
-                experience=raw_text(messages), embedding=[], success=bool(it.result.success),
-                epoch=it.epoch, task_id=it.task.task_id, kind="mem0-episode",
-                injected_ids=[m.memory_id for m in it.injected], order=order,
-                extra={"messages": messages}))
-            order += 1
-        return update
+        """One pending add per learnable episode (mem0 embeds and extracts in `apply`)."""
+        return BankUpdate(add=self.new_entries(items))
+
+    def _new_memory(self, it: LearnItem) -> NewMemory | None:
+        if it.digest is None or it.result.info.get("carried"):
+            return None
+        messages = it.digest["messages"]
+        return NewMemory(raw_text(messages), kind="mem0-episode", extra={"messages": messages})
+
+    def _entry_key(self, it: LearnItem) -> tuple[str, list[float]]:
+        return it.task.intent, []  # mem0 embeds what it extracts itself
+
+    def _next_order(self) -> int:
+        return self._next_order_value
 
     def apply(self, update: BankUpdate) -> None:
         for entry in sorted(update.add, key=lambda e: e.order):
@@ -465,7 +463,7 @@ class Mem0Memory(MemoryModule):
     def _record(self, record: dict[str, Any]) -> None:
         append_jsonl(self.ledger_path, [json.dumps(record, sort_keys=True)])
         self._applied[record["key"]] = record
-        self._next_order = max(self._next_order, int(record["order"]) + 1)
+        self._next_order_value = max(self._next_order_value, int(record["order"]) + 1)
 
     # ------------------------------------------------------------------- state
     @property

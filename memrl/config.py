@@ -3,13 +3,17 @@
 Each section is checked by a pydantic model; a bad value stops the run with one message per
 problem, each naming the full key (e.g. `memory.lam: Input should be less than or equal to 1`).
 Env and memory sections name their class in `_target_`; the class carries its `Settings`.
+The agent must be one of the env's policies (`POLICIES`); whether it needs a model is the
+policy's `needs_llm`.
+
+Importing this module registers the config resolver `memrl.paper_delta` (see `paper_delta`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
@@ -18,6 +22,24 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from memrl.result_keys import no_effect
 from memrl.runner import RunnerSettings
+
+if TYPE_CHECKING:
+    from memrl_envs.base import Policy
+
+# The embedding model the paper's per-benchmark similarity gates δ (v2, Table 8) were chosen
+# for; a similarity threshold does not carry over to another model's geometry.
+PAPER_EMBEDDER = "text-embedding-3-large"
+
+
+def paper_delta(delta: Any, *, _root_: DictConfig) -> Any:
+    """`${memrl.paper_delta:<Table 8 δ>}` in an env config: that δ when the configured
+    embedder is the paper's (any provider prefix, e.g. openai/), else "auto" (recomputed for
+    the configured embedder at start, see `MemRLMemory.prepare`)."""
+    model = str(OmegaConf.select(_root_, "embedder.model", default="") or "")
+    return delta if model.rsplit("/", 1)[-1] == PAPER_EMBEDDER else "auto"
+
+
+OmegaConf.register_new_resolver("memrl.paper_delta", paper_delta, replace=True)
 
 
 # configs/ of the checkout (the package is installed editable, so it sits beside memrl/)
@@ -91,9 +113,10 @@ class PathsSettings(BaseModel):
 
 
 class AgentSettings(BaseModel):
+    """Which of the env's agents plays (`react` or one of its oracles)."""
+
     model_config = ConfigDict(extra="forbid")
     name: str
-    needs_llm: bool = True
 
 
 # Sections whose schema is fixed (env and memory name their class, and so their schema, in
@@ -113,6 +136,7 @@ class Validated:
     agent: AgentSettings
     runner: RunnerSettings
     seed: int
+    policy: "type[Policy]"  # the agent's policy class in the env's registry
 
 
 def _errors(section: str, exc: ValidationError) -> list[str]:
@@ -180,8 +204,24 @@ def validate(cfg: DictConfig) -> Validated:
     seed = cfg.get("seed", 0)
     if not isinstance(seed, int) or seed < 0:
         problems.append(f"seed: must be a non-negative integer (got {seed!r})")
+    policy = _policy(classes["env"], parsed.get("agent"), problems)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return Validated(env_cls=classes["env"], env=parsed["env"], memory_cls=classes["memory"],
                      memory=parsed["memory"], llm=parsed["llm"], embedder=parsed["embedder"],
-                     agent=parsed["agent"], runner=parsed["runner"], seed=seed)
+                     agent=parsed["agent"], runner=parsed["runner"], seed=seed, policy=policy)
+
+
+def _policy(env_cls: type | None, agent: AgentSettings | None, problems: list[str]) -> "type[Policy] | None":
+    """The agent's policy from the env's registry; a problem naming the env's agents if absent."""
+    if env_cls is None or agent is None:
+        return None
+    policies = getattr(env_cls, "POLICIES", None)
+    if not policies:
+        problems.append(f"env._target_: {env_cls.__name__} lists no agents (POLICIES)")
+        return None
+    if agent.name not in policies:
+        problems.append(f"agent: env {getattr(env_cls, 'name', env_cls.__name__)!r} has no agent "
+                        f"{agent.name!r} (its agents: {', '.join(sorted(policies))})")
+        return None
+    return policies[agent.name]

@@ -113,17 +113,18 @@ def forgetting_mean(S: np.ndarray) -> float | None:
     return float(np.mean(fr)) if fr else None
 
 
-def outcome_counts(records: Sequence[EpisodeRecord]) -> dict[str, dict[str, int]]:
-    """Episodes per outcome class (the env's `info["outcome"]`: e.g. pass / fail / timeout /
-    env_error on BigCodeBench, judge_error on HLE) for each epoch, keyed by epoch as a string.
-    Empty when the env records no outcome classes (ALFWorld)."""
+def outcome_counts(records: Sequence[EpisodeRecord], field: str = "outcome") -> dict[str, dict[str, int]]:
+    """Episodes per outcome for each epoch, keyed by epoch as a string: the shared `outcome`
+    (success / failure / timeout / env_error / llm_error / judge_error, the same words for
+    every env), or with `field="outcome_detail"` the env's own classes (e.g. BigCodeBench's
+    syntax_error); episodes without a detail are not counted there."""
     out: dict[str, dict[str, int]] = {}
     for r in records:
-        outcome = (r.info or {}).get("outcome")
-        if outcome is None:
+        value = getattr(r, field)
+        if not value:
             continue
         per_epoch = out.setdefault(str(int(r.epoch)), {})
-        per_epoch[str(outcome)] = per_epoch.get(str(outcome), 0) + 1
+        per_epoch[value] = per_epoch.get(value, 0) + 1
     return {e: dict(sorted(c.items())) for e, c in sorted(out.items(), key=lambda kv: int(kv[0]))}
 
 
@@ -150,6 +151,7 @@ def compute_metrics(records: Sequence[EpisodeRecord], allow_missing: bool = Fals
         "llm_calls": sum(int(r.llm_calls) for r in records),
         "missing_cells": [[t, e] for t, e in missing_cells(records)],
         "outcomes": outcome_counts(records),
+        "outcome_details": outcome_counts(records, "outcome_detail"),
     }
 
 

@@ -22,7 +22,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
@@ -35,6 +35,9 @@ from memrl.records import (EpisodeRecord, EpisodeResult, RetrievedMemory, Task, 
 from memrl.result_keys import extent, no_effect
 from memrl.rundir import RunDir
 from memrl.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from memrl_envs.base import Env
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +71,7 @@ class Checkpoint:
 
 
 class Runner:
-    def __init__(self, run_dir: str | Path | RunDir, *, env: Any, memory: MemoryModule,
+    def __init__(self, run_dir: str | Path | RunDir, *, env: "Env", memory: MemoryModule,
                  llm: LLMClient | None, settings: RunnerSettings, seed: int,
                  embed_intents: Callable[[list[str]], Any] | None = None,
                  on_epoch_end: Callable[[int], None] | None = None):
@@ -84,7 +87,7 @@ class Runner:
         self.eval_ckpt_path = self.run_dir.eval_checkpoint
         # episodes of one batch in parallel: as many as the model serves at once; with no
         # model (oracle agents) as many as the env says it can run (e.g. sandboxes per core)
-        self.workers = llm.max_concurrency if llm is not None else int(getattr(env, "parallel_episodes", 1))
+        self.workers = llm.max_concurrency if llm is not None else int(env.parallel_episodes)
         self._embeddings: dict[str, list[float]] = {}
         self._solved: set[str] = set()
 
@@ -172,18 +175,20 @@ class Runner:
             tokens=meter.tokens() if meter else {"prompt": 0, "completion": 0},
             llm_calls=meter.calls if meter else 0, cache_hits=meter.cache_hits if meter else 0,
             errors=list(result.errors), transcript=[asdict(s) for s in result.transcript],
-            info=info, seed=seed, duration_s=round(time.monotonic() - t0, 3))
+            info=info, seed=seed, duration_s=round(time.monotonic() - t0, 3),
+            outcome=result.outcome, outcome_detail=result.outcome_detail)
         item = LearnItem(task=task, result=result, injected=memories, epoch=epoch, digest=digest,
                          errored=errored, embedding=self._embeddings.get(task.task_id, []))
         return record, item
 
     def _carried(self, epoch: int, batch: int, task: Task, seed: int) -> tuple[EpisodeRecord, LearnItem]:
         """A task already solved by a module that does not re-attempt solved tasks."""
-        result = EpisodeResult(success=True, reward=1.0, steps=0, info={"carried": True})
+        result = EpisodeResult(success=True, reward=1.0, steps=0, info={"carried": True},
+                               outcome="success", outcome_detail="carried")
         record = EpisodeRecord(epoch=epoch, batch=batch, task_id=task.task_id, intent=task.intent,
                                success=True, reward=1.0, steps=0,
                                tokens={"prompt": 0, "completion": 0}, info={"carried": True},
-                               seed=seed)
+                               seed=seed, outcome="success", outcome_detail="carried")
         return record, LearnItem(task=task, result=result, injected=[], epoch=epoch,
                                  embedding=self._embeddings.get(task.task_id, []))
 

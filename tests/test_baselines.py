@@ -46,10 +46,11 @@ def cache_dir(request) -> Path:
 
 def make_env(cache_dir: Path, *, max_steps: int, agent: str = "react", max_tasks: int = 2):
     pytest.importorskip("alfworld", reason="the alfworld extra is not installed")
-    from memrl_envs.alfworld import AlfworldEnv
+    from memrl_envs.alfworld import AlfworldEnv, AlfworldSettings
 
-    env = AlfworldEnv(split="valid_seen", data_root=ALFWORLD, agent=agent, max_steps=max_steps,
-                      max_tasks=max_tasks, cache_dir=cache_dir, show_progress=False)
+    settings = AlfworldSettings(split="valid_seen", data_root=str(ALFWORLD), max_steps=max_steps,
+                                max_tasks=max_tasks, cache_dir=str(cache_dir))
+    env = AlfworldEnv(settings, agent=agent, show_progress=False)
     assert [t.task_id for t in env.tasks()] == [GAME_A, GAME_B][:max_tasks]
     return env
 

@@ -22,7 +22,7 @@ import pytest
 
 from memrl.llm.client import LLMClient
 from memrl.llm.scripted import ScriptedBackend
-from memrl_envs.bigcodebench import BigCodeBenchEnv
+from memrl_envs.bigcodebench import BigCodeBenchEnv, BigCodeBenchSettings
 from memrl_envs.bigcodebench.executor import Executor
 from memrl_envs.sandbox import bwrap_available
 
@@ -55,8 +55,9 @@ def episode(tmp_path: Path, work_root: Path, code: str, **limits):
     executor = Executor(time_limit_s=TIME_LIMIT, memory_mb=limits.get("memory_mb", 2048),
                         nproc=limits.get("nproc", 128), cache_dir=tmp_path / "cache",
                         max_parallel=1, work_root=work_root, slack_s=SLACK)
-    env = BigCodeBenchEnv(data_path=TINY, part="all", task_ids=["Tiny/1"], cache_dir=tmp_path / "cache",
-                          executor=executor)
+    env = BigCodeBenchEnv(BigCodeBenchSettings(data_path=str(TINY), part="all", task_ids=["Tiny/1"],
+                                               cache_dir=str(tmp_path / "cache")),
+                          agent="react", executor=executor)
     backend = ScriptedBackend(lambda request: "```python\n" + code + "\n```")
     llm = LLMClient(backend, cache=None, max_retries=0).episode("hostile", seed=0)
     start = time.monotonic()
@@ -64,7 +65,7 @@ def episode(tmp_path: Path, work_root: Path, code: str, **limits):
     elapsed = time.monotonic() - start
     assert backend.calls == 1
     assert not result.success and result.reward == 0.0
-    assert result.info["outcome"] in ("fail", "timeout"), result.info
+    assert result.outcome_detail in ("fail", "timeout"), result.info
     assert elapsed < MAX_WALL
     return result
 
@@ -96,7 +97,7 @@ def task_func(a, b):
     return a + b
 """
     r = episode(tmp_path, work_root, code)
-    assert r.info["outcome"] == "fail"
+    assert r.outcome_detail == "fail"
     assert "write:" in reason(r) and "WROTE" not in reason(r)
     assert not target.exists() and not etc.exists()
     assert not Path("/usr/memrl-bcb-x").exists() and not Path("/root/memrl-bcb-x").exists()
@@ -192,7 +193,7 @@ def task_func(a, b):
     return a + b
 """
     r = episode(tmp_path, work_root, code, nproc=64)
-    assert r.info["outcome"] in ("timeout", "fail")  # never a result the bomb could fake as a pass
+    assert r.outcome_detail in ("timeout", "fail")  # never a result the bomb could fake as a pass
     assert subprocess.run(["true"]).returncode == 0  # the host still starts processes
     time.sleep(0.5)
     assert no_process_with(tag)
@@ -221,7 +222,7 @@ def test_infinite_loop_times_out(tmp_path, work_root):
     code = "def task_func(a, b):\n    while True:\n        pass\n"
     start = time.monotonic()
     r = episode(tmp_path, work_root, code)
-    assert r.info["outcome"] == "timeout"
+    assert r.outcome_detail == "timeout"
     assert time.monotonic() - start < MAX_WALL
 
 
@@ -244,7 +245,7 @@ def task_func(a, b):
         r = episode(tmp_path, work_root, code)
         # the harness and the host process survive; what died is the checker inside the sandbox
         assert sentinel.poll() is None
-        assert r.info["outcome"] == "fail"
+        assert r.outcome_detail == "fail"
         assert "checker process died" in reason(r) or "kill:" in reason(r)
     finally:
         sentinel.send_signal(signal.SIGKILL)
@@ -264,6 +265,6 @@ def task_func(a, b):
     return a - b
 """
     r = episode(tmp_path, work_root, code)
-    assert r.info["outcome"] == "fail" and "test_" in reason(r)
+    assert r.outcome_detail == "fail" and "test_" in reason(r)
     time.sleep(0.5)
     assert no_process_with(tag)

@@ -18,7 +18,7 @@ from memrl.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_CONFIGS = REPO / "tests" / "fixtures" / "configs"
-BASE = ["env=tiny", "llm=scripted", "embedder=hashing", "retrieval.delta=0.0", "runner.progress=false",
+BASE = ["env=tiny", "llm=scripted", "embedder=hashing", "env.retrieval.delta=0.0", "runner.progress=false",
         f"hydra.searchpath=[file://{FIXTURE_CONFIGS}]"]
 
 

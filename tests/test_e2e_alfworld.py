@@ -117,7 +117,7 @@ def test_multirun_over_lambda(tmp_path):
     out = run(["-m", "memory.lam=0,0.5,1", "debug=fast", *BASE, f"hydra.sweep.dir={sweep}"],
               tmp_path / "cache")
     assert out.returncode == 0, out.stderr[-3000:]
-    cards = sorted(sweep.glob("*/run_card.json"))
+    cards = sorted(sweep.glob(f"*/{RunDir.CARD}"))
     assert len(cards) == 3
     lams = sorted(json.loads(c.read_text())["config"]["memory"]["lam"] for c in cards)
     assert lams == [0.0, 0.5, 1.0]

@@ -53,8 +53,8 @@ def test_memrl_two_epochs_with_the_embedded_model(tmp_path):
     assert {r["task_id"] for r in recs} == {"BigCodeBench/19", "BigCodeBench/854", "BigCodeBench/928"}
     for r in recs:
         # the model's code was judged by the real tests: a benchmark outcome, never a harness error
-        assert r["info"]["outcome"] in ("pass", "fail", "timeout", "syntax_error"), r["info"]
-        assert r["success"] == (r["info"]["outcome"] == "pass")
+        assert r["outcome_detail"] in ("pass", "fail", "timeout", "syntax_error"), r["info"]
+        assert r["success"] == (r["outcome_detail"] == "pass")
         assert r["steps"] == 1 and r["transcript"][0]["observation"].startswith("Outcome: ")
         assert r["llm_calls"] >= 2  # the code plus the experience writer
         assert not r["errors"]
@@ -76,7 +76,7 @@ def test_canonical_oracle_through_the_command_line(tmp_path):
               tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     recs = records(run_dir)
-    assert [r["info"]["outcome"] for r in recs] == ["pass"] * 3
+    assert [r["outcome_detail"] for r in recs] == ["pass"] * 3
     assert all(r["llm_calls"] == 0 for r in recs)
     assert json.loads(RunDir(run_dir).metrics.read_text())["sr"] == [1.0]
     card = json.loads(RunDir(run_dir).card.read_text())

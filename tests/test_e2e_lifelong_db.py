@@ -53,7 +53,7 @@ def test_memrl_on_lifelong_db_end_to_end(tmp_path, mariadb):
     assert len(recs) == 4 and {r["task_id"] for r in recs} == {"db-2", "db-3"}
     for r in recs:
         assert 1 <= r["steps"] <= 3 and r["transcript"] and r["llm_calls"] >= 2
-        assert r["info"]["outcome"] in {"correct", "wrong_answer", "no_answer", "table_mismatch"}
+        assert r["outcome_detail"] in {"correct", "wrong_answer", "no_answer", "table_mismatch"}
         assert r["info"]["database"].startswith("llb_") and r["info"]["answer_type"] in {"direct", "md5"}
     # epoch 2 sees epoch 1's memories (same intents, above the auto δ) and puts them in its prompts
     epoch2 = [r for r in recs if r["epoch"] == 2]

@@ -189,10 +189,10 @@ def test_error_kinds_and_episode_summary():
 
 # ------------------------------------------------------------------------------ end to end
 def _alfworld_tasks(cache: Path, n: int) -> list:
-    from memrl_envs.alfworld import AlfworldEnv
+    from memrl_envs.alfworld import AlfworldEnv, AlfworldSettings
 
-    env = AlfworldEnv(split="valid_seen", data_root=ALFWORLD, agent="react", max_tasks=n,
-                      cache_dir=cache, show_progress=False)
+    env = AlfworldEnv(AlfworldSettings(split="valid_seen", data_root=str(ALFWORLD), max_tasks=n,
+                                       cache_dir=str(cache)), agent="react", show_progress=False)
     try:
         return env.tasks()
     finally:

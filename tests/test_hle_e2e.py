@@ -52,7 +52,7 @@ def test_hle_two_epochs_with_the_embedded_model_as_solver_and_judge(tmp_path) ->
                 if not json.loads(x)["image"]][:3]
     assert sorted({r["task_id"] for r in recs}) == sorted(text_ids)
     for r in recs:
-        outcome = r["info"]["outcome"]
+        outcome = r["outcome_detail"]
         assert outcome in ("correct", "incorrect", "judge_error")
         assert r["success"] == (outcome == "correct")
         assert (outcome == "judge_error") == bool(r["errors"])
@@ -83,5 +83,5 @@ def test_hle_two_epochs_with_the_embedded_model_as_solver_and_judge(tmp_path) ->
     assert card_b["llm_totals"]["calls"] == 0
     recs_b = [json.loads(line) for line in RunDir(tmp_path / "b").episodes.read_text().splitlines()]
     assert all(r["info"]["judge"]["cache_hits"] == 1 for r in recs_b if r["info"]["judge"])
-    assert [r["info"]["outcome"] for r in recs_b] == [r["info"]["outcome"] for r in recs]
+    assert [r["outcome_detail"] for r in recs_b] == [r["outcome_detail"] for r in recs]
     assert json.loads(RunDir(tmp_path / "b").metrics.read_text()) == metrics

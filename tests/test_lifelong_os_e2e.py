@@ -60,7 +60,7 @@ def test_memrl_on_os_tasks_two_epochs(tmp_path, rootfs):
     assert len(recs) == 6 and {r["task_id"] for r in recs} == {"os-0", "os-1", "os-2"}
     outcomes = {"success", "failed", "eval_timeout", "llm_error"}
     for r in recs:
-        assert r["errors"] == [] and r["info"]["outcome"] in outcomes, r["info"]
+        assert r["errors"] == [] and r["outcome_detail"] in outcomes, r["info"]
         assert 1 <= r["steps"] <= 3 and r["transcript"] and r["llm_calls"] >= 2  # actions + experience writer
         assert r["info"]["init_exit"] == 0 and r["info"]["eval_exit"] is not None  # both scripts ran
         assert r["success"] == (r["info"]["eval_exit"] == 0)

@@ -255,7 +255,7 @@ def test_mem0_config_composes_and_validates():
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
         cfg = compose(config_name="config", overrides=[f"env.data_root={ALFWORLD}", "memory=mem0",
-                                                       "retrieval.k2=5"])
+                                                       "env.retrieval.k2=5"])
     if not ALFWORLD.is_dir():
         pytest.skip(f"ALFWorld data not at {ALFWORLD}")
     v = validate(cfg)

@@ -55,11 +55,11 @@ def cache_dir(request) -> Path:
 def make_env(cache_dir: Path, *, agent: str = "react", max_steps: int = STEPS,
              ids: tuple[str, ...] = (WIN, LOSE)):
     pytest.importorskip("alfworld", reason="the alfworld extra is not installed")
-    from memrl_envs.alfworld import AlfworldEnv
+    from memrl_envs.alfworld import AlfworldEnv, AlfworldSettings
 
-    env = AlfworldEnv(split="valid_seen", data_root=ALFWORLD, agent=agent, max_steps=max_steps,
-                      task_ids=list(ids), max_tasks=len(ids), cache_dir=cache_dir,
-                      show_progress=False)
+    settings = AlfworldSettings(split="valid_seen", data_root=str(ALFWORLD), max_steps=max_steps,
+                                task_ids=list(ids), max_tasks=len(ids), cache_dir=str(cache_dir))
+    env = AlfworldEnv(settings, agent=agent, show_progress=False)
     by_id = {t.task_id: t for t in env.tasks()}
     assert set(by_id) == set(ids)
     return env, [by_id[i] for i in ids]  # in the order asked for

@@ -57,7 +57,7 @@ def sweep_cli(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
            "MEMRL_CACHE_DIR": str(tmp / "cache"), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    base = ["-m", "env=tiny", "llm=scripted", "embedder=hashing", "retrieval.delta=0.0",
+    base = ["-m", "env=tiny", "llm=scripted", "embedder=hashing", "env.retrieval.delta=0.0",
             "runner.progress=false", "runner.epochs=2", f"hydra.searchpath=[file://{FIXTURE_CONFIGS}]"]
     return subprocess.run([sys.executable, "-m", "memrl.run", *base, *args], cwd=tmp, env=env,
                           capture_output=True, text=True, timeout=600)
@@ -71,7 +71,7 @@ def test_joblib_sweep_runs_every_job_in_parallel_processes(tmp_path):
     out = sweep_cli(["hydra/launcher=parallel", "memory.lam=0,1", f"hydra.sweep.dir={sweep}"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Joblib.Parallel" in out.stdout + out.stderr  # the joblib launcher ran the jobs
-    cards = sorted(sweep.glob("*/run_card.json"))
+    cards = sorted(sweep.glob(f"*/{RunDir.CARD}"))
     assert len(cards) == 2
     assert sorted(json.loads(c.read_text())["config"]["memory"]["lam"] for c in cards) == [0.0, 1.0]
     for c in cards:
@@ -125,7 +125,7 @@ def test_submitit_runs_a_job_through_its_local_executor(tmp_path):
     sweep = tmp_path / "sweep"
     out = sweep_cli(["hydra/launcher=submitit_local", "memory.lam=0.5", f"hydra.sweep.dir={sweep}"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    (card,) = sweep.glob("*/run_card.json")
+    (card,) = sweep.glob(f"*/{RunDir.CARD}")
     assert json.loads(card.read_text())["config"]["memory"]["lam"] == 0.5
     assert RunDir(card.parent).metrics.exists()
     assert list((sweep / ".submitit").glob("*/*_result.pkl"))  # submitit collected the result

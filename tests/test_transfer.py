@@ -20,7 +20,7 @@ from memrl.llm.client import LLMClient
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.bank import BankSettings
 from memrl.memory.bankio import SEED_MARKER, BankSourceError, read_entries, resolve
-from memrl.memory.base import LearnItem
+from memrl.memory.base import FrozenMemory, LearnItem, MemoryModule
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
 from memrl.records import EpisodeResult, Task, read_episodes
 from memrl.rundir import RunDir
@@ -30,13 +30,13 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURE_CONFIGS = REPO / "tests" / "fixtures" / "configs"
 
 
-def seeded(run_dir: Path, source: Path, *, frozen: bool, embedder=EMB) -> MemRLMemory:
+def seeded(run_dir: Path, source: Path, *, frozen: bool, embedder=EMB) -> MemoryModule:
     bank = BankSettings(init_from=str(source), frozen=frozen)
-    return MemRLMemory(MemRLSettings(delta=0.0, k1=4, k2=2, bank=bank), bank_dir=RunDir(run_dir).bank,
-                       embedder=embedder)
+    return MemRLMemory.build(MemRLSettings(delta=0.0, k1=4, k2=2, bank=bank), run_dir=run_dir,
+                             embedder=embedder)
 
 
-def play(run_dir: Path, memory: MemRLMemory, *, epochs: int, model: str = "scripted-b") -> ScriptedBackend:
+def play(run_dir: Path, memory: MemoryModule, *, epochs: int, model: str = "scripted-b") -> ScriptedBackend:
     backend = ScriptedBackend(reply, model_id=model)
     env = TinyEnv(n_tasks=6)
     memory.setup(env.tasks())
@@ -55,6 +55,8 @@ def test_frozen_transfer_uses_the_source_bank_as_is(tmp_path):
     trained = train(source, epochs=2)
     src_snapshot, src_hash = trained.snapshot(), tree_hash(source)
     mem = seeded(tmp_path / "b", source, frozen=True)
+    assert isinstance(mem, FrozenMemory) and isinstance(mem.inner, MemRLMemory)
+    assert not isinstance(seeded(tmp_path / "u", source, frozen=False), FrozenMemory)
     facts = mem.setup(TinyEnv(n_tasks=6).tasks())
     assert facts["bank"]["frozen"] is True
     assert facts["bank"]["init_from"]["entries"] == len(src_snapshot) == 12
@@ -139,7 +141,7 @@ def test_frozen_is_generic_for_banked_baselines(tmp_path):
     from memrl_baselines.rag import RAGMemory, RAGSettings
 
     bank = BankSettings(frozen=True)
-    rag = RAGMemory(RAGSettings(k=2, bank=bank), bank_dir=RunDir(tmp_path).bank, embedder=EMB)
+    rag = RAGMemory.build(RAGSettings(k=2, bank=bank), run_dir=tmp_path, embedder=EMB)
     task = Task("t0", "stack the red block on the table")
     result = EpisodeResult(success=True, reward=1.0, steps=1)
     assert rag.digest(task, result, epoch=1, llm=None) is None
@@ -147,15 +149,20 @@ def test_frozen_is_generic_for_banked_baselines(tmp_path):
                                  digest={"experience": "x"}, embedding=EMB.embed([task.intent])[0].tolist())])
     assert update.is_empty()
     unfrozen = RAGMemory(RAGSettings(k=2), bank_dir=tmp_path / "bank2", embedder=EMB)
-    assert not unfrozen.plan([LearnItem(task=task, result=result, injected=[], epoch=1,
-                                        digest=unfrozen.digest(task, result, epoch=1, llm=None),
-                                        embedding=EMB.embed([task.intent])[0].tolist())]).is_empty()
+    learnt = unfrozen.plan([LearnItem(task=task, result=result, injected=[], epoch=1,
+                                      digest=unfrozen.digest(task, result, epoch=1, llm=None),
+                                      embedding=EMB.embed([task.intent])[0].tolist())])
+    assert not learnt.is_empty()
+    rag.apply(learnt)
+    assert rag.snapshot() == [] and rag.bank.next_order == 0  # a frozen bank is never written
+    assert rag.inner.plan([LearnItem(task=task, result=result, injected=[], epoch=1)]).add  # the module itself learns
 
 
 def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "tests"), "MEMRL_CACHE_DIR": str(cwd / "cache"),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
+           "MEMRL_CACHE_DIR": str(cwd / "cache"),
            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    base = ["env=tiny", "llm=scripted", "embedder=hashing", "retrieval.delta=0.0", "runner.progress=false",
+    base = ["env=tiny", "llm=scripted", "embedder=hashing", "env.retrieval.delta=0.0", "runner.progress=false",
             f"hydra.searchpath=[file://{FIXTURE_CONFIGS}]"]
     return subprocess.run([sys.executable, "-m", "memrl.run", *base, *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)

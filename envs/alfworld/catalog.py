@@ -55,12 +55,7 @@ def task_family(task_id: str) -> str:
     return prefix
 
 
-def resolve_data_root(data_root: str | os.PathLike[str] | None) -> Path:
-    if data_root is None:
-        env = os.environ.get("ALFWORLD_DATA")
-        if not env:
-            raise ValueError(f"no ALFWorld data folder given and ALFWORLD_DATA is not set: {DATA_HINT}")
-        data_root = env
+def resolve_data_root(data_root: str | os.PathLike[str]) -> Path:
     return Path(os.path.expandvars(os.path.expanduser(str(data_root)))).resolve()
 
 

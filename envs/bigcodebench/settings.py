@@ -5,15 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from memrl.result_keys import data_location, no_effect
+from memrl_envs.base import EnvSettings
 
 
-class BigCodeBenchSettings(BaseModel):
+class BigCodeBenchSettings(EnvSettings):
     """What `env=bigcodebench` accepts; every problem names its field."""
 
-    model_config = ConfigDict(extra="forbid")
+    # `split` is instruct|complete: a transfer run's eval_split replaces the train/validation part
+    EVAL_SPLIT_FIELD = "part"
 
     name: str = "bigcodebench"
     # where the tasks come from: a local JSONL in the hub's schema, or (null) the hub
@@ -26,8 +28,6 @@ class BigCodeBenchSettings(BaseModel):
     split_seed: int = Field(42, ge=0)
     train_ratio: float = Field(0.7, gt=0.0, lt=1.0)
     split_file: str | None = data_location(None, description="JSON split file; null = one in cache_dir")
-    max_tasks: int | None = Field(None, ge=1)
-    task_ids: list[str] | None = None
     max_steps: int = Field(1, ge=1, description="accepted for debug presets; an episode is one attempt")
     max_tokens: int = Field(1280, ge=1, description="tokens of the code reply (bigcodebench's default)")
     # execution (bigcodebench's checker inside the sandbox)
@@ -46,6 +46,4 @@ class BigCodeBenchSettings(BaseModel):
             path = Path(self.split_file).expanduser()
             if path.exists() and not path.is_file():
                 raise ValueError(f"split_file: {self.split_file} is not a file")
-        if self.task_ids is not None and not self.task_ids:
-            raise ValueError("task_ids: an empty list selects no task (use null for all)")
         return self

@@ -6,10 +6,11 @@ import importlib.util
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from memrl.config import LLMSettings
 from memrl.result_keys import data_location, no_effect
+from memrl_envs.base import EnvSettings
 
 # Fields of the judge section that go to `memrl.llm.factory.build_client` as they are.
 CLIENT_FIELDS = (
@@ -52,10 +53,8 @@ class JudgeSettings(LLMSettings):
         return 2 if self.backend == "local" else 0
 
 
-class HLESettings(BaseModel):
+class HLESettings(EnvSettings):
     """Where the questions come from, which of them to keep, and how episodes are graded."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str = "hle"
     data_path: str | None = data_location(
@@ -72,8 +71,6 @@ class HLESettings(BaseModel):
     subset_seed: int = Field(0, ge=0)
     split: Literal["all", "train", "valid"] = "all"
     valid_fraction: float = Field(0.2, gt=0.0, lt=1.0)
-    max_tasks: int | None = Field(None, ge=1)
-    task_ids: list[str] | None = None
     max_steps: int = Field(1, ge=1, description="accepted for debug presets; episodes are one answer")
     max_tokens: int | None = Field(None, ge=1, description="solver tokens; null = the llm's max_tokens")
     memory_max_chars: int = Field(4000, ge=200)

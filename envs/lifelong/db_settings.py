@@ -37,7 +37,6 @@ class LifelongDbSettings(LifelongTaskSettings):
     prompt_rows: int | None = Field(None, ge=0, description="table rows shown in the prompt; null = all")
     with_example: bool = True
     max_tokens: int = Field(256, ge=1, description="tokens per action reply")
-    cache_dir: str | None = no_effect(None)
 
     @model_validator(mode="after")
     def _check(self) -> "LifelongDbSettings":

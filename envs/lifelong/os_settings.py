@@ -30,7 +30,6 @@ class LifelongOsSettings(LifelongTaskSettings):
     # the prompt
     with_example: bool = True
     max_tokens: int = Field(256, ge=1, description="tokens per action reply")
-    cache_dir: str | None = no_effect(None)
 
     @model_validator(mode="after")
     def _check(self) -> "LifelongOsSettings":
