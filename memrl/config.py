@@ -50,23 +50,29 @@ class ConfigError(ValueError):
     """A configuration problem; the message names every offending key."""
 
 
-class LLMSettings(BaseModel):
+class ModelService(BaseModel):
+    """What the LLM and the embedder sections share: which model, where it is served, the
+    name of the environment variable holding its key, and its on-disk cache."""
+
     model_config = ConfigDict(extra="forbid")
     name: str
-    backend: Literal["litellm", "local", "scripted"]
     model: str | None = None
     api_base: str | None = None
     # name of the env var holding the key (never the key itself)
     api_key_env: str | None = no_effect(None)
+    # a cache replays answers (or embeddings); it does not change them
+    cache: bool = no_effect(True)
+    cache_path: str | None = no_effect(None)
+
+
+class LLMSettings(ModelService):
+    backend: Literal["litellm", "local", "scripted"]
     timeout: float = no_effect(60.0, gt=0)
     max_concurrency: int = no_effect(8, ge=1)
     max_retries: int = no_effect(6, ge=0)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(256, ge=1)
-    # the response cache replays answers; it does not change them
-    cache: bool = no_effect(True)
-    cache_path: str | None = no_effect(None)
     n_ctx: int = Field(4096, ge=256)
     # CPU threads of the embedded model (not part of the response cache key either)
     n_threads: int | None = no_effect(None, ge=1)
@@ -84,15 +90,8 @@ class LLMSettings(BaseModel):
         return self
 
 
-class EmbedderSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str
+class EmbedderSettings(ModelService):
     backend: Literal["minilm", "litellm", "hashing"]
-    model: str | None = None
-    api_base: str | None = None
-    api_key_env: str | None = no_effect(None)
-    cache: bool = no_effect(True)
-    cache_path: str | None = no_effect(None)
     # the hashing embedder's dimension; MiniLM is 384-d and API models say theirs
     dim: int | None = Field(None, ge=2)
 
