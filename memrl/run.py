@@ -101,7 +101,8 @@ def execute(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     elif card.get("data_fingerprint") != runcard.data_fingerprint(tasks):
         raise ConfigError(f"the task data changed since {run_dir} was started "
                           "(data fingerprint differs); use a new run directory")
-    session: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv[1:]}
+    session: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv[1:],
+                               "sandbox": getattr(objs.env, "sandbox_facts", dict)()}  # caps held / missing
     card["sessions"].append(session)
     write_json_atomic(card_path, card)
 

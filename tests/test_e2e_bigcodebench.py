@@ -80,3 +80,6 @@ def test_canonical_oracle_through_the_command_line(tmp_path):
     assert json.loads((run_dir / "metrics.json").read_text())["sr"] == [1.0]
     card = json.loads((run_dir / "run_card.json").read_text())
     assert card["model"] is None
+    sandbox = card["sessions"][-1]["sandbox"]  # what the sandboxes held, or why not
+    assert sandbox["mode"].startswith("host-root") and sandbox["parallel"]["granted"] >= 1
+    assert all((cap in sandbox["enforced"]) != (cap in sandbox["missing"]) for cap in ("memory", "pids", "disk"))

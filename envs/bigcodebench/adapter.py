@@ -8,9 +8,10 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
+from memrl.config import ConfigError
 from memrl.llm.base import LLMError
 from memrl.records import EpisodeResult, RetrievedMemory, Step, Task
-from memrl_envs.sandbox import SandboxError
+from memrl_envs.sandbox import SandboxError, SandboxFitError
 
 from . import loader
 from .executor import Executor, imported_modules, required_modules
@@ -44,10 +45,14 @@ class BigCodeBenchEnv:
             through the same extraction and checker: a check of the executor and the libraries).
         max_tokens: tokens of the code reply.
         time_limit_s, memory_mb, nproc: the checker's per-task time limit (the benchmark's
-            240 s) and the sandbox's address-space and process limits.
+            240 s), the address-space limit of each process, and the processes + threads of
+            one sandbox (its pids cgroup).
+        sandbox_memory_mb, disk_mb, tmp_mb: caps on one whole sandbox: its memory cgroup (its
+            tmpfs folders included), its work folder (tmpfs) and each of /tmp and /dev/shm.
         calibrated: put the code prompt (imports + header) in front of the solution, as
             bigcodebench's calibrated evaluation does.
-        max_parallel: sandboxes at once across threads (default: CPU count).
+        max_parallel: sandboxes at once across threads (default: CPU count), lowered at start
+            to what fits the machine at the caps (`sandbox_facts()` says why).
         max_steps: accepted for the shared debug presets; an episode is one attempt.
     """
 
@@ -61,7 +66,8 @@ class BigCodeBenchEnv:
                  time_limit_s: float = 240.0, memory_mb: int = 4096, nproc: int = 256,
                  calibrated: bool = True, max_parallel: int | None = None,
                  cache_dir: str | os.PathLike[str] | None = None, agent: str = "react",
-                 executor: Executor | None = None) -> None:
+                 sandbox_memory_mb: int | None = 4096, disk_mb: int | None = 1024,
+                 tmp_mb: int | None = 256, executor: Executor | None = None) -> None:
         for value, allowed, what in ((agent, AGENTS, "agent"), (split, SPLITS, "split"),
                                      (subset, SUBSETS, "subset"), (part, PARTS, "part")):
             if value not in allowed:
@@ -80,12 +86,16 @@ class BigCodeBenchEnv:
         self.max_tokens = int(max_tokens)
         self.calibrated = calibrated
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
-        self.executor = executor or Executor(time_limit_s=time_limit_s, memory_mb=memory_mb,
-                                             nproc=nproc, cache_dir=self.cache_dir,
-                                             max_parallel=max_parallel)
+        try:
+            self.executor = executor or Executor(
+                time_limit_s=time_limit_s, memory_mb=memory_mb, nproc=nproc, cache_dir=self.cache_dir,
+                max_parallel=max_parallel, sandbox_memory_mb=sandbox_memory_mb, disk_mb=disk_mb,
+                tmp_mb=tmp_mb)
+        except SandboxFitError as exc:
+            raise ConfigError(f"env.max_parallel / sandbox caps: {exc}") from exc
         # how many episodes may usefully run at once (one sandbox each); a runner without an
         # LLM to size its thread pool by can read it
-        self.parallel_episodes = max_parallel or os.cpu_count() or 1
+        self.parallel_episodes = getattr(self.executor, "parallel", None) or max_parallel or os.cpu_count() or 1
         self.skipped_rows: list[str] = []
         self.split_path: Path | None = None
         self._problems: dict[str, loader.BCBProblem] = {}
@@ -199,6 +209,11 @@ class BigCodeBenchEnv:
             return Outcome("env_error", f"no sandbox: {exc}"[:300])
         info["exec_s"] = check.wall_s
         return classify(check, self.executor.time_limit_s, imported_modules(code))
+
+    def sandbox_facts(self) -> dict:
+        """The sandboxes' mode, caps (enforced and missing), parallelism: for the run card."""
+        facts = getattr(self.executor, "facts", None)
+        return facts() if facts is not None else {"mode": f"a stand-in executor ({type(self.executor).__name__})"}
 
     def close(self) -> None:
         """Nothing persistent to release (each check's sandbox is gone when it returns)."""

@@ -30,10 +30,15 @@ class BigCodeBenchSettings(BaseModel):
     max_tokens: int = Field(1280, ge=1, description="tokens of the code reply (bigcodebench's default)")
     # execution (bigcodebench's checker inside the sandbox)
     time_limit_s: float = Field(240.0, gt=0, description="per-task test time (the benchmark's 240 s)")
-    memory_mb: int = Field(4096, ge=256, description="address-space limit of the sandbox")
-    nproc: int = Field(256, ge=8, description="processes+threads the sandbox may hold")
+    memory_mb: int = Field(4096, ge=256, description="address-space limit of each process in the sandbox")
+    nproc: int = Field(256, ge=8, description="processes+threads the sandbox may hold (its pids cgroup)")
+    sandbox_memory_mb: int | None = Field(4096, ge=256, description="memory cgroup of one whole sandbox "
+                                          "(its tmpfs folders count); null = no cap")
+    disk_mb: int | None = Field(1024, ge=16, description="the sandbox's work folder (tmpfs); null = a host folder, uncapped")
+    tmp_mb: int | None = Field(256, ge=16, description="size of each of the sandbox's /tmp and /dev/shm (tmpfs)")
     calibrated: bool = Field(True, description="prepend the code prompt, as bigcodebench's calibrated eval")
-    max_parallel: int | None = Field(None, ge=1, description="sandboxes at once; null = CPU count")
+    max_parallel: int | None = Field(None, ge=1, description="sandboxes at once; null = CPU count; "
+                                     "lowered at start to what fits the machine at the caps")
     cache_dir: str | None = None
 
     @model_validator(mode="after")

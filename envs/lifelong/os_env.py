@@ -3,12 +3,15 @@ root file system (see os_shell); an LLM agent ("react") or the ground-truth orac
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
+from memrl.config import ConfigError
 from memrl.records import EpisodeResult, RetrievedMemory, Task
+from memrl_envs.sandbox import SandboxFitError
 
 from . import loader
 from .os_data import LITERAL_FIELDS, check_row, task_from_row
@@ -16,7 +19,7 @@ from .os_episode import ENV_ERROR, GoldPolicy, LLMPolicy, OsTask, Policy, play
 from . import os_rootfs
 from .os_rootfs import RootfsError, ensure_rootfs
 from .os_settings import LifelongOsSettings
-from .os_shell import OverlayShell, Shell, ShellError
+from .os_shell import OverlayShell, Shell, ShellError, overlay_facts
 
 if TYPE_CHECKING:
     from memrl.llm.client import EpisodeLLM
@@ -37,7 +40,10 @@ class LifelongOsEnv(loader.TaskListing):
         max_steps: turns per episode (commands, unreadable replies and finish).
         rootfs_dir: cache folder of the root file system (`os_rootfs`); ``build_rootfs``
             builds it on first use when missing (otherwise a missing one is an error).
-        scratch_dir, upper_size_mb, pids_max, workdir: the episode's sandbox (`OverlayShell`).
+        scratch_dir, upper_size_mb, pids_max, memory_mb, workdir: the episode's sandbox
+            (`OverlayShell`): its disk (tmpfs), process and memory caps.
+        max_parallel: episode sandboxes at once (None: as many as fit the machine at the caps;
+            a larger number is lowered to that at start, and `sandbox_facts()` says why).
         command_timeout_s: per command, set-up and check included (20 s as the benchmark).
         observation_max_chars: output shown to the agent per command.
         shell_factory: for tests and other backends: ``f(rootfs_path) -> Shell``.
@@ -66,6 +72,8 @@ class LifelongOsEnv(loader.TaskListing):
         scratch_dir: str | None = None,
         upper_size_mb: int = 1024,
         pids_max: int = 1024,
+        memory_mb: int | None = 2048,
+        max_parallel: int | None = None,
         workdir: str = "/",
         command_timeout_s: float = 20.0,
         observation_max_chars: int = 2000,
@@ -92,6 +100,7 @@ class LifelongOsEnv(loader.TaskListing):
         self.build_rootfs = build_rootfs
         self.scratch_dir = scratch_dir
         self.upper_size_mb, self.pids_max, self.workdir = upper_size_mb, pids_max, workdir
+        self.memory_mb, self.max_parallel = memory_mb, max_parallel
         self.command_timeout_s = float(command_timeout_s)
         self.observation_max_chars = observation_max_chars
         self.with_example = with_example
@@ -103,6 +112,8 @@ class LifelongOsEnv(loader.TaskListing):
         self._tasks: dict[str, OsTask] | None = None
         self._rootfs: Path | None = None
         self._lock = threading.Lock()
+        self._facts: dict | None = None
+        self._slots: threading.BoundedSemaphore | None = None
 
     # -- tasks -------------------------------------------------------------------------
     def tasks(self) -> list[Task]:
@@ -125,8 +136,26 @@ class LifelongOsEnv(loader.TaskListing):
 
     def _overlay_shell(self, rootfs: Path) -> Shell:
         return OverlayShell(rootfs, scratch_dir=self.scratch_dir, upper_size_mb=self.upper_size_mb,
-                            workdir=self.workdir, pids_max=self.pids_max,
+                            workdir=self.workdir, pids_max=self.pids_max, memory_mb=self.memory_mb,
                             output_bytes=max(4 * self.observation_max_chars, 4096))
+
+    def sandbox_facts(self) -> dict:
+        """The episodes' sandbox: mode, caps (enforced and missing), parallelism (for the run
+        card; made once, at start, where the run is refused if not one episode fits)."""
+        with self._lock:
+            if self._facts is None:
+                if self.shell_factory != self._overlay_shell:
+                    self._facts = {"mode": "a stand-in shell (shell_factory)"}
+                else:
+                    try:
+                        self._facts = overlay_facts(upper_size_mb=self.upper_size_mb, pids_max=self.pids_max,
+                                                    memory_mb=self.memory_mb, max_parallel=self.max_parallel,
+                                                    scratch_dir=self.scratch_dir,
+                                                    command_timeout_s=self.command_timeout_s)
+                    except SandboxFitError as exc:
+                        raise ConfigError(f"env.max_parallel / sandbox caps: {exc}") from exc
+                    self._slots = threading.BoundedSemaphore(self._facts["parallel"]["granted"])
+            return self._facts
 
     # -- episodes ----------------------------------------------------------------------
     def solve(self, task: Task, memories: Sequence[RetrievedMemory], llm: "EpisodeLLM | None",
@@ -146,22 +175,24 @@ class LifelongOsEnv(loader.TaskListing):
         errors: list[str] = []
         outcome = None
         shell: Shell | None = None
-        try:
-            shell = self.shell_factory(self.rootfs())
-            outcome = play(shell, os_task, policy, self.max_steps, self.command_timeout_s,
-                           self.observation_max_chars)
-        except (RootfsError, ShellError) as exc:
-            errors.append(f"{type(exc).__name__}: {exc}")
-        except Exception as exc:  # a failure of the env ends this episode, not the run
-            log.exception("Lifelong-OS episode %s failed", os_task.key)
-            errors.append(f"{type(exc).__name__}: {exc}")
-        finally:
-            if shell is not None:
-                try:
-                    shell.close()
-                except Exception as exc:  # the verdict stands; the error is kept
-                    errors.append(f"closing the episode's system failed: {type(exc).__name__}: {exc}")
-                    info["cleanup_error"] = True
+        self.sandbox_facts()
+        with self._slots or contextlib.nullcontext():  # at most the episodes that fit at once
+            try:
+                shell = self.shell_factory(self.rootfs())
+                outcome = play(shell, os_task, policy, self.max_steps, self.command_timeout_s,
+                               self.observation_max_chars)
+            except (RootfsError, ShellError) as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # a failure of the env ends this episode, not the run
+                log.exception("Lifelong-OS episode %s failed", os_task.key)
+                errors.append(f"{type(exc).__name__}: {exc}")
+            finally:
+                if shell is not None:
+                    try:
+                        shell.close()
+                    except Exception as exc:  # the verdict stands; the error is kept
+                        errors.append(f"closing the episode's system failed: {type(exc).__name__}: {exc}")
+                        info["cleanup_error"] = True
         if outcome is None:
             info["outcome"] = ENV_ERROR
             return EpisodeResult(success=False, reward=0.0, steps=0, errors=errors, info=info)
