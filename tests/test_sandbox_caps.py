@@ -94,3 +94,57 @@ def test_missing_caps_are_named_in_the_facts(tmp_path):
     assert facts["missing"]["memory"] == "disabled by the configuration"
     assert "host folder" in facts["missing"]["disk"]
     assert facts["parallel"]["memory_capped"] is False  # the fit used an estimate, and says so
+
+
+def fake_cgroup2(tmp_path, monkeypatch, *, busy: bool = False) -> Path:
+    """A cgroup v2 tree in a plain folder: `cgroup.subtree_control` takes "+ctrl" as the kernel
+    does (or refuses it, EBUSY, as a group that holds processes does); other files are written."""
+    from memrl_envs.sandbox import cgroups
+
+    root = tmp_path / "cg2"
+    root.mkdir()
+    (root / "cgroup.subtree_control").write_text("")
+    monkeypatch.setattr(cgroups, "_mounts", lambda: [cgroups._Mount(root, 2, frozenset({"memory", "pids"}), "/")])
+    monkeypatch.setattr(cgroups, "_own_groups", lambda: {"": "/"})
+    real_write = cgroups._write
+
+    def write(path: Path, value: str) -> None:
+        if path.name == "cgroup.subtree_control":
+            if busy:
+                raise OSError(16, "Device or resource busy")
+            old = path.read_text().split() if path.exists() else []
+            path.write_text(" ".join(dict.fromkeys(old + [value.lstrip("+")])))
+        else:
+            real_write(path, value)
+
+    monkeypatch.setattr(cgroups, "_write", write)
+    return root
+
+
+def test_cgroup_v2_groups_are_made_with_their_caps_and_split(tmp_path, monkeypatch):
+    from memrl_envs.sandbox import cgroups
+
+    root = fake_cgroup2(tmp_path, monkeypatch)
+    monkeypatch.setattr(cgroups.os, "geteuid", lambda: 0)
+    cg = SandboxCgroup.create(memory_mb=128, pids_max=40, split={"srv": None, "cmd": 8}, prefix="memrl-os-")
+    assert cg.missing == {} and {g.version for g in cg.groups.values()} == {2}
+    group = cg.groups["memory"].path
+    assert group.parent == root and group.name.startswith("memrl-os-") and cg.groups["pids"].path == group
+    assert (root / "cgroup.subtree_control").read_text().split() == ["memory", "pids"]
+    assert (group / "memory.max").read_text() == str(128 * 2**20) and (group / "pids.max").read_text() == "40"
+    assert (group / "cgroup.subtree_control").read_text().split() == ["memory", "pids"]  # handed to srv/cmd
+    assert (group / "cmd" / "pids.max").read_text() == "8"
+    assert cg.join_files("srv") == [str(group / "srv" / "cgroup.procs")]  # v2: one file for both caps
+    assert cg.move_file("cmd") == str(group / "cmd" / "cgroup.procs")
+    assert cg.moves_need_host_namespace  # v2 moves stay under the namespace's root
+    cg.groups.clear()  # plain folders: nothing for close() to kill
+
+
+def test_cgroup_v2_that_cannot_hand_controllers_down_is_reported_missing(tmp_path, monkeypatch):
+    from memrl_envs.sandbox import cgroups
+
+    fake_cgroup2(tmp_path, monkeypatch, busy=True)
+    monkeypatch.setattr(cgroups.os, "geteuid", lambda: 0)
+    cg = SandboxCgroup.create(memory_mb=128, pids_max=40)
+    assert cg.groups == {}
+    assert set(cg.missing) == {"memory", "pids"} and "cannot hand" in cg.missing["memory"]

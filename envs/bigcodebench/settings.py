@@ -49,6 +49,10 @@ class BigCodeBenchSettings(BaseModel):
             path = Path(self.split_file).expanduser()
             if path.exists() and not path.is_file():
                 raise ValueError(f"split_file: {self.split_file} is not a file")
+        tmpfs = (self.disk_mb or 0) + 2 * (self.tmp_mb or 0)
+        if self.sandbox_memory_mb is not None and self.sandbox_memory_mb <= tmpfs:
+            raise ValueError(f"sandbox_memory_mb ({self.sandbox_memory_mb}) must exceed disk_mb + 2 x tmp_mb "
+                             f"({tmpfs}): the sandbox's tmpfs folders are held in memory and count against it")
         if self.task_ids is not None and not self.task_ids:
             raise ValueError("task_ids: an empty list selects no task (use null for all)")
         return self

@@ -301,7 +301,7 @@ class OverlayShell:
             cmd_procs = self._cgroup.move_file("cmd")
             inner = rootfs_argv(server_argv, self._base / "root", env=dict(env or DEFAULT_ENV), cwd="/",
                                 hostname=HOSTNAME, binds=[(cmd_procs, CMD_CGROUP)] if cmd_procs else (),
-                                shm_mb=shm_mb)
+                                shm_mb=shm_mb, cgroup_ns=not self._cgroup.moves_need_host_namespace)
         except SandboxError as exc:
             self._cgroup.close()
             self._cleanup_dirs()

@@ -298,11 +298,21 @@ class SandboxCgroup:
         dirs = dict.fromkeys(self._member_dir(g, child) for g in self.groups.values())
         return [str(d / "cgroup.procs") for d in dirs]
 
+    def _mover(self) -> _Group | None:
+        return self.groups.get(PIDS) or next((g for g in self.groups.values() if g.version == 2), None)
+
     def move_file(self, child: str) -> str | None:
         """The one file that moves a process already in the sandbox into sub-group `child`
         (None: nothing to move, e.g. no pids cgroup)."""
-        group = self.groups.get(PIDS) or next((g for g in self.groups.values() if g.version == 2), None)
+        group = self._mover()
         return str(self._member_dir(group, child) / "cgroup.procs") if group is not None else None
+
+    @property
+    def moves_need_host_namespace(self) -> bool:
+        """cgroup v2 lets a process move only between groups under the root of its cgroup
+        namespace: a sandbox whose processes move between sub-groups keeps the host's."""
+        group = self._mover()
+        return bool(self.split) and group is not None and group.version == 2
 
     def preexec(self, child: str | None = None):
         """A function to run in a child process before it execs: it joins the groups."""

@@ -198,7 +198,7 @@ def _bwrap_argv(argv: Sequence[str], *, workdir: Path | None, env: Mapping[str, 
                 drop_to: int | None, network: bool, cwd: str | None, ready_fd: int,
                 tmp_mb: int | None = None, disk_mb: int | None = None,
                 placeholder_fds: Sequence[int] = (), binds: Sequence[tuple[str, str]] = (),
-                hostname: str | None = None) -> list[str]:
+                hostname: str | None = None, cgroup_ns: bool = True) -> list[str]:
     exe = shutil.which(BWRAP)
     if exe is None:
         raise SandboxError("bubblewrap (`bwrap`) is not installed: apt-get install bubblewrap")
@@ -206,7 +206,7 @@ def _bwrap_argv(argv: Sequence[str], *, workdir: Path | None, env: Mapping[str, 
     if os.geteuid() == 0:
         # No user namespace (inside it root would still own the host's files): bwrap sets the
         # sandbox up as root, then the command runs with few or no capabilities.
-        args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"] + (["--unshare-cgroup-try"] if cgroup_ns else [])
         if not network:
             args += ["--unshare-net"]
         args += ["--cap-drop", "ALL"]
@@ -260,13 +260,15 @@ def _bwrap_argv(argv: Sequence[str], *, workdir: Path | None, env: Mapping[str, 
 
 def rootfs_argv(argv: Sequence[str], root_dir: str | os.PathLike[str], *, env: Mapping[str, str],
                 cwd: str = "/", network: bool = False, hostname: str | None = None,
-                binds: Sequence[tuple[str, str]] = (), shm_mb: int | None = 128) -> list[str]:
+                binds: Sequence[tuple[str, str]] = (), shm_mb: int | None = 128,
+                cgroup_ns: bool = True) -> list[str]:
     """The bwrap command line that runs `argv` as uid 0 inside `root_dir`, in the
     root-file-system mode described above, for callers that manage the process themselves
     (e.g. a shell that serves several commands; its cgroups and the disk cap of `root_dir` are
     the caller's). `env` is the whole environment (nothing is added); `hostname` names its UTS
     namespace; `binds` are extra (host path, sandbox path) read-write binds, made after /dev
-    and /proc; `shm_mb` sizes /dev/shm. `root_dir` must be disposable (an overlay), never the
+    and /proc; `shm_mb` sizes /dev/shm; `cgroup_ns=False` keeps the host's cgroup namespace
+    (cgroup v2 lets a process move only between groups under its namespace's root). `root_dir` must be disposable (an overlay), never the
     host's `/`; the harness must be root (without root the sandbox would be a user namespace
     whose "root" cannot chown)."""
     if os.geteuid() != 0:
@@ -275,7 +277,7 @@ def rootfs_argv(argv: Sequence[str], root_dir: str | os.PathLike[str], *, env: M
         raise SandboxError("privileged_root needs a disposable root_dir, never the host's /")
     return _bwrap_argv(argv, workdir=None, env=env, ro_binds=(), root_dir=Path(root_dir),
                        privileged_root=True, drop_to=None, network=network, cwd=cwd, ready_fd=-1,
-                       tmp_mb=shm_mb, binds=binds, hostname=hostname)
+                       tmp_mb=shm_mb, binds=binds, hostname=hostname, cgroup_ns=cgroup_ns)
 
 
 def limits_preexec(limits: Limits):
