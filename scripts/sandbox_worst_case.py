@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             shutil.rmtree(work, ignore_errors=True)
         r = out[name]
-        print(f"{name:11s} cgroup peak {r['cgroup_peak_mb']:5d} MB | host memory drop {r['host_memory_drop_mb']:5d} MB | "
+        print(f"{name:11s} cgroup peak {r['cgroup_peak_mb']:5d} MB | "
+              f"host memory drop {r['host_memory_drop_mb']:5d} MB | "
               f"host disk drop {r['host_disk_drop_mb']:5d} MB | {r['seconds']:5.1f} s | {r['sandbox_said'][:120]}")
         print(f"{'':11s} caps: {'; '.join(f'{k} {v}' for k, v in r['caps'].items())}")
     if args.json:

@@ -55,7 +55,7 @@ DISK_CAP_MB = 64
 TMP_MB = 16
 PIDS_CAP = 64
 PER_PROCESS_AS_MB = 384
-MEMORY_MARGIN_MB = 512   # other work on the machine moves its free memory
+MEMORY_MARGIN_MB = 768   # other work on the machine moves its free memory
 DISK_MARGIN_MB = 512
 SEED_MB = 8              # what a sandbox's folders on the host may hold: the seed of its work folder
 CASE_TIMEOUT_S = 12
@@ -349,7 +349,8 @@ class RootfsBackend:
 
 
 # what a fresh sandbox sees: its user, its folders, its processes, the sizes of its tmpfs folders
-PRISTINE = ("u=$(id -u); [ $u -ge 1000000 ] && u=own-uid; echo $u; ls -A / | tr '\\n' ' '; echo; ls -A /tmp /dev/shm . | tr '\\n' ' '; echo; "
+PRISTINE = ("u=$(id -u); [ $u -ge 1000000 ] && u=own-uid; echo $u; ls -A / | tr '\\n' ' '; echo; "
+            "ls -A /tmp /dev/shm . | tr '\\n' ' '; echo; "
             "p=$(ps -eo comm=); echo $p | tr ' ' '\\n' | sort -u | tr '\\n' ' '; echo; "
             "df -k . /tmp /dev/shm 2>/dev/null | awk 'NR>1{print $2}' | tr '\\n' ' '")
 
@@ -490,7 +491,8 @@ def case_disk_fill(c: Ctx) -> str:
     # every writable place at once, 1 GiB each; dd's words are kept in the shell until the end
     # (a full /dev/shm would swallow a Lifelong-OS command's own output)
     dirs = ["$PWD", "$HOME", "/tmp", "/dev/shm", "/var/tmp", "/", "/root"]
-    fill = "".join(f"m=\"$m $(dd if=/dev/zero of={d}/{c.tag}-fill bs=1M count=1024 2>&1 | grep -E 'dd:|copied' | tr '\\n' ' ')\"; " for d in dirs)
+    fill = "".join(f"m=\"$m $(dd if=/dev/zero of={d}/{c.tag}-fill bs=1M count=1024 2>&1 "
+                   f"| grep -E 'dd:|copied' | tr '\\n' ' ')\"; " for d in dirs)
     return fill + f"rm -f /dev/shm/{c.tag}-fill; echo \"$m\"; df -k . /tmp /dev/shm 2>/dev/null"
 
 
@@ -531,7 +533,8 @@ def case_unix_sockets(c: Ctx) -> str:
     return (f"perl -e {shlex.quote(perl)} {paths}; "
             f"(exec 3<>/dev/tcp/127.0.0.1/{listeners.port}) 2>/dev/null && echo CONNECTED tcp || echo refused tcp; "
             "find / -path /proc -prune -o -type s -print 2>/dev/null | head -20 | while read s; do "
-            "perl -MIO::Socket::UNIX -e 'print IO::Socket::UNIX->new(Peer => $ARGV[0]) ? \"CONNECTED $ARGV[0]\\n\" : \"\"' \"$s\"; done")
+            "perl -MIO::Socket::UNIX -e 'print IO::Socket::UNIX->new(Peer => $ARGV[0]) "
+            "? \"CONNECTED $ARGV[0]\\n\" : \"\"' \"$s\"; done")
 
 
 def check_unix_sockets(c: Ctx, out: Outcome) -> None:

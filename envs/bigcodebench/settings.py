@@ -34,7 +34,8 @@ class BigCodeBenchSettings(BaseModel):
     nproc: int = Field(256, ge=8, description="processes+threads the sandbox may hold (its pids cgroup)")
     sandbox_memory_mb: int | None = Field(4096, ge=256, description="memory cgroup of one whole sandbox "
                                           "(its tmpfs folders count); null = no cap")
-    disk_mb: int | None = Field(1024, ge=16, description="the sandbox's work folder (tmpfs); null = a host folder, uncapped")
+    disk_mb: int | None = Field(1024, ge=16, description="the sandbox's work folder (tmpfs); "
+                                "null = a host folder, uncapped")
     tmp_mb: int | None = Field(256, ge=16, description="size of each of the sandbox's /tmp and /dev/shm (tmpfs)")
     calibrated: bool = Field(True, description="prepend the code prompt, as bigcodebench's calibrated eval")
     max_parallel: int | None = Field(None, ge=1, description="sandboxes at once; null = CPU count; "

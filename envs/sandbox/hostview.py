@@ -68,7 +68,11 @@ def runtime_dirs(extra: Iterable[str] = ()) -> list[str]:
     """Folders that hold runtime sockets or the project's state: never visible in a sandbox."""
     home = os.path.expanduser("~")
     out = ["/run", "/var/run", "/var/tmp", "/tmp", "/dev/shm", "/var/lib/mysql", "/var/lib/postgresql",
-           os.path.join(home, ".cache"), os.path.join(os.getcwd(), "runs")]
+           os.path.join(home, ".cache")]
+    try:
+        out.append(os.path.join(os.getcwd(), "runs"))
+    except OSError:  # the working directory is gone
+        pass
     for var in ("XDG_RUNTIME_DIR", "MEMRL_CACHE_DIR", "MEMRL_ROOTFS_DIR", "TMPDIR"):
         if os.environ.get(var):
             out.append(os.environ[var])

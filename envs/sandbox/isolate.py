@@ -206,7 +206,8 @@ def _bwrap_argv(argv: Sequence[str], *, workdir: Path | None, env: Mapping[str, 
     if os.geteuid() == 0:
         # No user namespace (inside it root would still own the host's files): bwrap sets the
         # sandbox up as root, then the command runs with few or no capabilities.
-        args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"] + (["--unshare-cgroup-try"] if cgroup_ns else [])
+        args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+        args += ["--unshare-cgroup-try"] if cgroup_ns else []
         if not network:
             args += ["--unshare-net"]
         args += ["--cap-drop", "ALL"]
@@ -268,9 +269,9 @@ def rootfs_argv(argv: Sequence[str], root_dir: str | os.PathLike[str], *, env: M
     the caller's). `env` is the whole environment (nothing is added); `hostname` names its UTS
     namespace; `binds` are extra (host path, sandbox path) read-write binds, made after /dev
     and /proc; `shm_mb` sizes /dev/shm; `cgroup_ns=False` keeps the host's cgroup namespace
-    (cgroup v2 lets a process move only between groups under its namespace's root). `root_dir` must be disposable (an overlay), never the
-    host's `/`; the harness must be root (without root the sandbox would be a user namespace
-    whose "root" cannot chown)."""
+    (cgroup v2 lets a process move only between groups under its namespace's root).
+    `root_dir` must be disposable (an overlay), never the host's `/`; the harness must be root
+    (without root the sandbox would be a user namespace whose "root" cannot chown)."""
     if os.geteuid() != 0:
         raise SandboxError("a privileged root file system sandbox needs the harness to run as root")
     if Path(root_dir).resolve() == Path("/"):
