@@ -11,7 +11,8 @@ An env is built from its validated settings, whole, and the name of an agent:
   follows from the chosen policy's ``needs_llm``;
 
 and an instance offers ``parallel_episodes`` (how many episodes may usefully run at once when
-there is no model to size the pool by), ``tasks()``, ``solve(...)`` and ``close()``.
+there is no model to size the pool by), ``tasks()``, ``solve(...)``, ``sandbox_facts()`` (what
+confines its episodes, for the run card) and ``close()``.
 """
 
 from __future__ import annotations
@@ -127,6 +128,11 @@ class Env(ABC):
         inside the episode are returned in `EpisodeResult.errors` (and its `outcome`), not
         raised.
         """
+
+    def sandbox_facts(self) -> dict[str, Any]:
+        """What confines this env's episodes (mode, caps enforced and missing, parallelism),
+        recorded in each run-card session; default: nothing runs in a sandbox."""
+        return {}
 
     def close(self) -> None:
         """Release what the env holds between episodes (servers, caches); default nothing."""

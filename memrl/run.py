@@ -61,6 +61,7 @@ def execute(cfg: DictConfig, run_dir: Path | RunDir) -> dict[str, Any]:
     else:
         card.check_data(tasks)
     session = card.start_session(sys.argv[1:])
+    session["sandbox"] = objs.env.sandbox_facts()  # caps held / missing (envs/base.py)
     logger = make_epoch_logger(cfg.get("logger"), run_dir=rd.root, config=config)
 
     def epoch_end(epoch: int) -> None:
