@@ -191,13 +191,17 @@ def test_the_preflight_calls_each_model_once_and_names_the_one_that_fails(monkey
     with FaultServer(FaultPlan()) as good, FaultServer(FaultPlan(rates={"model_not_found": 1.0})) as bad:
         def client(server):
             return LLMClient(LiteLLMBackend("openai/fault", api_base=server.api_base, api_key_env=KEY),
-                             max_retries=2)
+                             max_retries=2, backoff_base=0.001, backoff_max=0.01)
         ids = preflight({"llm": client(good)})
         assert ids["llm"]["key"].startswith("openai/fault#") and ids["llm"]["api_base"] == good.api_base
         with pytest.raises(PreflightError, match=r"env.judge \(openai/fault\): the preflight call failed "
                                                  r"\(NotFoundError"):
             preflight({"llm": client(good), "env.judge": client(bad)})
         assert bad.counts()["requests"] == 1  # not retried
+    with FaultServer(FaultPlan(rates={"empty_content": 1.0})) as mute:  # reached, answers nothing
+        reached = client(mute)
+        assert preflight({"llm": reached})["llm"]["key"].startswith("openai/fault#")
+        assert reached.totals()["failures"] == 1 and mute.counts()["requests"] == 3
 
 
 @pytest.mark.slow

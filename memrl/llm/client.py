@@ -291,27 +291,30 @@ class LLMClient:
         self._trip(STORAGE, str(exc))
         raise LLMError(f"{self.backend.model_id}: {exc}") from exc
 
-    def probe(self, max_tokens: int = 16) -> LLMResponse:
+    def probe(self, max_tokens: int = 16) -> LLMResponse | None:
         """One short call past the cache (the preflight: is the key good, is the model
-        there?). Retried like any call; an empty reply is accepted. Counted as a call."""
+        there?), retried like any call; counted as a call. Raises LLMError when the model
+        cannot be called. A model that answers only with empty replies was reached (a
+        reasoning model may spend 16 tokens on thinking): None, the call counted failed."""
         request = LLMRequest(messages=(("user", "Reply with the single word: ok"),),
                              max_tokens=int(max_tokens), temperature=0.0, sample_id="preflight")
         try:
-            resp = self._call_with_retries(request, "preflight", allow_empty=True)
+            resp = self._call_with_retries(request, "preflight")
         except Exception as exc:
             with self._lock:
                 self._totals["requests"] += 1
                 self._totals["failures"] += 1
+            if isinstance(exc, EmptyReplyError):
+                return None
             raise LLMError(f"{self.backend.model_id}: {type(exc).__name__}: {exc}") from exc
         self._count(resp)
         return resp
 
-    def _attempt(self, request: LLMRequest, allow_empty: bool = False) -> LLMResponse:
+    def _attempt(self, request: LLMRequest) -> LLMResponse:
         # The slot is held only while the backend works, not while backing off.
         with self._sem:
             resp = self.backend.generate(request)
-        if (not allow_empty and not (resp.text or "").strip()
-                and getattr(self.backend, "empty_reply_is_fault", False)):
+        if not (resp.text or "").strip() and getattr(self.backend, "empty_reply_is_fault", False):
             raise EmptyReplyError(f"the server answered with empty content ({resp.completion_tokens} "
                                   "completion tokens)")
         return resp
@@ -334,7 +337,7 @@ class LLMClient:
         with self._lock:
             self._totals["retries"] += 1
 
-    def _call_with_retries(self, request: LLMRequest, key: str, allow_empty: bool = False) -> LLMResponse:
+    def _call_with_retries(self, request: LLMRequest, key: str) -> LLMResponse:
         retrying = Retrying(
             stop=stop_after_attempt(self.max_retries + 1),
             wait=self._wait(key),
@@ -343,7 +346,7 @@ class LLMClient:
             sleep=self._sleep,
             reraise=True,
         )
-        return retrying(self._attempt, request, allow_empty)
+        return retrying(self._attempt, request)
 
     # -- accounting ---------------------------------------------------------------------
     def totals(self) -> dict[str, Any]:

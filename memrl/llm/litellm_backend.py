@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -119,6 +120,8 @@ class LiteLLMBackend:
         self.model_fingerprint = model_fingerprint or None
         self._known_vision: bool | None = None
         self._identity: dict[str, Any] | None = None
+        self._identity_final = False
+        self._retry_at = 0.0
         self._identity_lock = threading.Lock()
 
     empty_reply_is_fault = True
@@ -131,11 +134,12 @@ class LiteLLMBackend:
         """What the model is (module doc): `key` (the cache identity), `source` (how it was
         found), `reported` (what the server said), `api_base` (recorded, not keyed)."""
         with self._identity_lock:
-            if self._identity is not None:
+            if self._identity is not None and (self._identity_final or time.monotonic() < self._retry_at):
                 return dict(self._identity)
             ident, final = self._find_identity()
-            if final:
-                self._identity = ident
+            # a server that cannot be reached now is asked again, but not on every call
+            self._identity, self._identity_final = ident, final
+            self._retry_at = time.monotonic() + 30.0
             return dict(ident)
 
     @property
