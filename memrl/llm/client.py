@@ -12,7 +12,15 @@ Interface contract:
 Every failure of the backend (after retries for transient errors, at once for the others)
 surfaces as `LLMError`, with the backend's exception as `__cause__`. Waits between tries grow
 exponentially (backoff_base · 2^k, jitter seeded by the request so reruns wait alike); a
-server's Retry-After is used instead when given. No single wait exceeds backoff_max.
+server's Retry-After is used instead when given (for a 429 with the adaptive limiter: what is
+left of the shared pause). No single wait exceeds backoff_max.
+
+Concurrency (memrl.llm.ratelimit): at most `max_concurrency` backend calls are in flight. With
+`adaptive` (default) a 429 halves that limit (once per wave of rejections) and each success
+adds 1/limit back; a 429's Retry-After holds every caller until it passes (the rejected
+request's retry waits there with the others, instead of sleeping on its own and coming back
+with them all at once). `rpm` / `tpm` pace requests to a provider's per-minute limits.
+`adaptive=False` keeps a fixed limit (each caller then sleeps its own Retry-After).
 
 Images: message content may be a tuple of `TextPart`/`ImagePart` (or OpenAI-style part dicts).
 A request with an image for a backend whose `supports_images` is not true fails at once with
@@ -63,10 +71,12 @@ from memrl.llm.base import (
     UnsupportedContentError,
     UsageMeter,
     as_content,
+    content_text,
     has_images,
 )
 from memrl.guards import MODEL, STORAGE, Tripwire
 from memrl.llm.cache import ResponseCache, request_key
+from memrl.llm.ratelimit import ConcurrencyLimiter
 from memrl.storage import StorageError
 
 # Exception class names (litellm's, and the openai SDK's they derive from) worth retrying.
@@ -158,6 +168,19 @@ def _header(headers: Any, name: str) -> str | None:
     return None
 
 
+def is_rate_limit(exc: BaseException) -> bool:
+    """True for a provider's rate limit (HTTP 429; litellm / openai `RateLimitError`)."""
+    if getattr(exc, "status_code", None) == 429:
+        return True
+    return any(c.__name__ == "RateLimitError" for c in _provider_classes(exc))
+
+
+def _estimate_tokens(request: LLMRequest) -> int:
+    """A request's tokens before it is sent (for the tpm window): characters / 4 + max_tokens."""
+    chars = sum(len(content_text(content)) for _, content in request.messages)
+    return chars // 4 + int(request.max_tokens)
+
+
 def retry_after_seconds(exc: BaseException) -> float | None:
     """Seconds the server asked us to wait (Retry-After / retry-after-ms), if it said."""
     response = getattr(exc, "response", None)
@@ -200,6 +223,9 @@ class LLMClient:
         defaults: Mapping[str, Any] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         tripwire: Tripwire | None = None,
+        adaptive: bool = True,
+        rpm: int | None = None,
+        tpm: int | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
@@ -211,7 +237,9 @@ class LLMClient:
         self.backoff_max = float(backoff_max)
         self.defaults: dict[str, Any] = dict(defaults or {})
         self._sleep = sleep
-        self._sem = threading.BoundedSemaphore(max_concurrency)
+        # the in-flight bound: halves on 429s, recovers additively, pauses every caller for
+        # a Retry-After, paced by rpm / tpm when given (memrl.llm.ratelimit)
+        self.limiter = ConcurrencyLimiter(max_concurrency, adaptive=adaptive, rpm=rpm, tpm=tpm)
         self._lock = threading.Lock()
         self._totals: Counter[str] = Counter()
         self._cost = 0.0
@@ -312,19 +340,35 @@ class LLMClient:
 
     def _attempt(self, request: LLMRequest) -> LLMResponse:
         # The slot is held only while the backend works, not while backing off.
-        with self._sem:
+        slot = self.limiter.acquire(_estimate_tokens(request))
+        try:
             resp = self.backend.generate(request)
+        except BaseException as exc:
+            limited = is_rate_limit(exc)
+            self.limiter.release(slot, ok=False, rate_limited=limited,
+                                 retry_after=self._asked(exc) if limited else None)
+            raise
+        self.limiter.release(slot, ok=True, tokens=resp.prompt_tokens + resp.completion_tokens)
         if not (resp.text or "").strip() and getattr(self.backend, "empty_reply_is_fault", False):
             raise EmptyReplyError(f"the server answered with empty content ({resp.completion_tokens} "
                                   "completion tokens)")
         return resp
 
+    def _asked(self, exc: BaseException) -> float | None:
+        """The server's Retry-After for this error, capped at backoff_max."""
+        asked = retry_after_seconds(exc)
+        return None if asked is None else min(asked, self.backoff_max)
+
     def _wait(self, key: str) -> Callable[[RetryCallState], float]:
         def wait(state: RetryCallState) -> float:
             exc = state.outcome.exception() if state.outcome is not None else None
-            asked = retry_after_seconds(exc) if exc is not None else None
+            asked = self._asked(exc) if exc is not None else None
             if asked is not None:
-                return min(asked, self.backoff_max)
+                # adaptive: the limiter holds every caller until the shared pause ends (this
+                # retry sleeps what is left of it); fixed: this caller sleeps on its own
+                if self.limiter.adaptive and is_rate_limit(exc):
+                    return min(asked, self.limiter.paused_for())
+                return asked
             # Exponential backoff with jitter in [0.5, 1.0) of the step, seeded by the
             # request and attempt so a rerun waits the same way.
             step = min(self.backoff_max, self.backoff_base * 2 ** (state.attempt_number - 1))
@@ -365,6 +409,7 @@ class LLMClient:
             }
             out["cost_usd"] = self._cost
         out["model"] = self.backend.model_id
+        out["limiter"] = self.limiter.stats()
         return out
 
     def episode(self, sample_prefix: str, seed: int | None = None) -> EpisodeLLM:
