@@ -44,6 +44,12 @@ content is a provider fault) has an empty or blank reply retried like a transien
 (`EmptyReplyError`), never cached; if it outlasts the retries the call fails. The embedded
 model's empty completion is its answer and stays one.
 
+In-flight deduplication: with a cache, one request (one cache key) is sent at most once at a
+time by all the callers sharing that cache: threads of this process wait on the first
+caller's event, other processes on its claim in the cache (memrl.llm.cache), then read the
+answer from the cache (counted as cache hits; `claim_waits` counts the polls). Runs launched
+in parallel on one cache thus pay for a shared request once.
+
 Cache keys use the backend's `cache_identity` (what the model is: the model name for hosted
 APIs, the name plus what a self-hosted server reports, see memrl.llm.litellm_backend), else
 its `model_id`. `probe()` makes one short uncached call (the run's preflight).
@@ -212,6 +218,8 @@ def retry_after_seconds(exc: BaseException) -> float | None:
 class LLMClient:
     """Wraps a `Backend` with a cache, retries, a concurrency bound and usage totals."""
 
+    CLAIM_POLL_S = 0.05  # first wait for another process's answer (grows to 1 s)
+
     def __init__(
         self,
         backend: Backend,
@@ -242,6 +250,7 @@ class LLMClient:
         self.limiter = ConcurrencyLimiter(max_concurrency, adaptive=adaptive, rpm=rpm, tpm=tpm)
         self._lock = threading.Lock()
         self._totals: Counter[str] = Counter()
+        self._flights: dict[str, threading.Event] = {}  # keys being called in this process
         self._cost = 0.0
         # the run's stop signal (memrl.guards): tripped by a fatal error seen here
         self.tripwire = tripwire
@@ -281,10 +290,92 @@ class LLMClient:
             except StorageError as exc:
                 self._storage_failed(exc)
             if hit is not None:
+                return self._served(hit)
+            # one call per key at a time, in this process and across processes sharing the
+            # cache: a caller that finds the key in flight waits for that answer instead
+            shared, claimed = self._lead_or_wait(key)
+            if shared is not None:
+                return self._served(shared)
+            try:
+                return self._call(request, key)
+            finally:
+                self._end_flight(key, claimed)
+        return self._call(request, key)
+
+    def _served(self, hit: LLMResponse) -> LLMResponse:
+        with self._lock:
+            self._totals["requests"] += 1
+            self._totals["cache_hits"] += 1
+        return hit
+
+    def _cached(self, key: str) -> LLMResponse | None:
+        assert self.cache is not None
+        try:
+            return self.cache.get(key)
+        except StorageError as exc:
+            self._storage_failed(exc)
+
+    def _lead_or_wait(self, key: str) -> tuple[LLMResponse | None, bool]:
+        """(an answer another caller made for `key` while this one waited, False), or (None,
+        claimed) when this caller is to call the model; `claimed`: it holds the key's claim
+        in the cache (memrl.llm.cache), to be released by `_end_flight`."""
+        assert self.cache is not None
+        while True:
+            with self._lock:
+                flight = self._flights.get(key)
+                if flight is None:
+                    self._flights[key] = threading.Event()
+            if flight is not None:  # another thread of this process is on it
+                flight.wait()
+                hit = self._cached(key)
+                if hit is not None:
+                    return hit, False
+                continue  # its call failed: this one tries (or waits for the next one)
+            break
+        try:
+            wait = self.CLAIM_POLL_S
+            while True:
+                try:
+                    if self.cache.claim(key):
+                        break
+                except StorageError as exc:
+                    self._storage_failed(exc)
+                hit = self._cached(key)  # another process holds it: wait for its answer
+                if hit is not None:
+                    self._end_flight(key, False)
+                    return hit, False
+                trip = self.tripwire.tripped if self.tripwire is not None else None
+                if trip is not None:
+                    raise LLMError(f"{self.backend.model_id}: not called, the run is stopping ({trip.message})")
                 with self._lock:
-                    self._totals["requests"] += 1
-                    self._totals["cache_hits"] += 1
-                return hit
+                    self._totals["claim_waits"] += 1
+                time.sleep(wait)
+                wait = min(1.0, wait * 1.5)
+            hit = self._cached(key)  # answered just before the claim was free
+            if hit is not None:
+                self._end_flight(key, True)
+                return hit, False
+        except BaseException:
+            self._end_flight(key, False)
+            raise
+        return None, True
+
+    def _end_flight(self, key: str, claimed: bool) -> None:
+        """This caller is done with `key`: its claim released, this process's waiters woken."""
+        try:
+            if claimed and self.cache is not None:
+                try:
+                    self.cache.release(key)
+                except StorageError as exc:
+                    self._trip(STORAGE, str(exc))
+        finally:
+            with self._lock:
+                flight = self._flights.pop(key, None)
+            if flight is not None:
+                flight.set()
+
+    def _call(self, request: LLMRequest, key: str) -> LLMResponse:
+        """The backend's answer (retried), counted, then cached."""
         try:
             resp = self._call_with_retries(request, key)
         except Exception as exc:
@@ -403,6 +494,7 @@ class LLMClient:
                     "cache_hits",
                     "retries",
                     "failures",
+                    "claim_waits",
                     "prompt_tokens",
                     "completion_tokens",
                 )
