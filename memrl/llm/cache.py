@@ -38,6 +38,7 @@ import uuid
 from pathlib import Path
 
 from memrl.llm.base import Content, ImagePart, LLMRequest, LLMResponse
+from memrl.lock import pid_alive
 from memrl.storage import writing
 
 
@@ -47,16 +48,6 @@ _CLAIMS = ("CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT 
 # a claim older than this is taken over even if its process seems alive (another host, a
 # reused pid): longer than any one call with its retries is expected to take
 CLAIM_LEASE_S = 900.0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _key_content(content: Content) -> object:
@@ -169,7 +160,7 @@ class ResponseCache:
             if owner == self.owner:
                 self._conn.commit()
                 return True
-            stale = (host == self._host and not _alive(int(pid))) or now - float(since) > CLAIM_LEASE_S
+            stale = (host == self._host and not pid_alive(int(pid))) or now - float(since) > CLAIM_LEASE_S
             if stale:  # its process is gone: take it over (only if nobody else did first)
                 cur = self._conn.execute(
                     "UPDATE claims SET owner = ?, pid = ?, host = ?, since = ? WHERE key = ? AND owner = ?",
