@@ -75,7 +75,11 @@ demo: setup
 # one Hydra multirun (re-running it resumes every unfinished run), then the report.
 ALFWORLD_METHODS ?= memrl,none,pass_at_k,rag,self_rag,memp,reflection,mem0
 ALFWORLD_SWEEP ?= multirun/alfworld_paper
+# Each reproduce-* target prints its plan (memrl.plan: a cached pilot of a few tasks, then
+# calls, tokens, cost and wall time per run) and asks before going on when interactive;
+# MEMRL_PLAN_YES=1 skips the question.
 reproduce-alfworld: setup
+	$(PY) -m memrl.plan --confirm -m experiment=alfworld_paper memory=$(ALFWORLD_METHODS)
 	$(PY) -m memrl.run -m experiment=alfworld_paper memory=$(ALFWORLD_METHODS) hydra.sweep.dir=$(ALFWORLD_SWEEP)
 	$(PY) scripts/report.py $(ALFWORLD_SWEEP) --out results/alfworld_paper
 
@@ -87,6 +91,7 @@ data-hle: setup
 
 reproduce-hle: setup
 	@test -f "$(HLE_DATA)" || { echo "no HLE data at $(HLE_DATA): run 'make data-hle' (needs HF_TOKEN)"; exit 1; }
+	$(PY) -m memrl.plan --confirm -m experiment=hle_paper env.data_path=$(abspath $(HLE_DATA)) memory=$(ALFWORLD_METHODS)
 	$(PY) -m memrl.run -m experiment=hle_paper env.data_path=$(abspath $(HLE_DATA)) memory=$(ALFWORLD_METHODS) hydra.sweep.dir=multirun/hle_paper
 	$(PY) scripts/report.py multirun/hle_paper --out results/hle_paper
 
@@ -117,7 +122,9 @@ gold-os: rootfs
 # MemRL and every baseline, one multirun per benchmark, then one report over both.
 LLB_METHODS ?= $(ALFWORLD_METHODS)
 reproduce-llb: rootfs
+	$(PY) -m memrl.plan --confirm -m experiment=llb_os_paper memory=$(LLB_METHODS)
 	$(PY) -m memrl.run -m experiment=llb_os_paper memory=$(LLB_METHODS) hydra.sweep.dir=multirun/llb_os_paper
+	$(PY) -m memrl.plan --confirm -m experiment=llb_db_paper memory=$(LLB_METHODS)
 	$(PY) -m memrl.run -m experiment=llb_db_paper memory=$(LLB_METHODS) hydra.sweep.dir=multirun/llb_db_paper
 	$(PY) scripts/report.py multirun/llb_os_paper multirun/llb_db_paper --out results/llb_paper
 
@@ -164,6 +171,7 @@ BCB_METHODS ?= $(ALFWORLD_METHODS)
 BCB_SWEEP ?= multirun/bcb_paper
 BCB_ARGS ?=
 reproduce-bcb: bcb-eval-deps
+	$(PY) -m memrl.plan --confirm -m experiment=bcb_paper memory=$(BCB_METHODS) $(BCB_ARGS)
 	$(PY) -m memrl.run -m experiment=bcb_paper memory=$(BCB_METHODS) $(BCB_ARGS) hydra.sweep.dir=$(BCB_SWEEP)
 	$(PY) scripts/report.py $(BCB_SWEEP) --out results/bcb_paper
 

@@ -75,6 +75,11 @@ class ModelSettings(ModelService):
     model_fingerprint: str | None = None
     timeout: float = no_effect(60.0, gt=0)
     max_concurrency: int = no_effect(8, ge=1)
+    # the in-flight limit halves on rate limits and recovers additively (memrl.llm.ratelimit);
+    # false: a fixed limit. The provider's per-minute limits pace requests (null = none).
+    adaptive_concurrency: bool = no_effect(True)
+    rpm: int | None = no_effect(None, ge=1, description="requests per minute; null = no limit")
+    tpm: int | None = no_effect(None, ge=1, description="tokens per minute; null = no limit")
     max_retries: int = no_effect(6, ge=0)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)

@@ -86,7 +86,10 @@ class RetrievedMemory:
     success: bool | None = None
 
     def to_record(self) -> dict[str, Any]:
-        return {"id": self.memory_id, "q": self.q, "sim": self.similarity, "score": self.score}
+        # chars: the memory's size as shown (intent + experience), for the plan's model of
+        # how prompts grow with injected memories (memrl.plan)
+        return {"id": self.memory_id, "q": self.q, "sim": self.similarity, "score": self.score,
+                "chars": len(self.intent) + len(self.experience)}
 
 
 @dataclass
