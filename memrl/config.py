@@ -7,7 +7,7 @@ Env and memory sections name their class in `_target_`; the class carries its `S
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hydra.utils import get_class
@@ -71,6 +71,11 @@ class AgentSettings(BaseModel):
     needs_llm: bool = True
 
 
+class MetricsSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    forgetting_zero_fail: Literal["zero", "skip"] = "zero"  # FR = 0/0: count as 0 | leave out
+
+
 @dataclass
 class Validated:
     env_cls: type
@@ -82,6 +87,7 @@ class Validated:
     agent: AgentSettings
     runner: RunnerSettings
     seed: int
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
 
 def _errors(section: str, exc: ValidationError) -> list[str]:
@@ -147,6 +153,10 @@ def validate(cfg: DictConfig) -> Validated:
             parsed[section] = model.model_validate(_section(cfg, section))
         except ValidationError as exc:
             problems += _errors(section, exc)
+    try:
+        parsed["metrics"] = MetricsSettings.model_validate(_section(cfg, "metrics") if "metrics" in cfg else {})
+    except ValidationError as exc:
+        problems += _errors("metrics", exc)
     seed = cfg.get("seed", 0)
     if not isinstance(seed, int) or seed < 0:
         problems.append(f"seed: must be a non-negative integer (got {seed!r})")
@@ -154,4 +164,5 @@ def validate(cfg: DictConfig) -> Validated:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return Validated(env_cls=classes["env"], env=parsed["env"], memory_cls=classes["memory"],
                      memory=parsed["memory"], llm=parsed["llm"], embedder=parsed["embedder"],
-                     agent=parsed["agent"], runner=parsed["runner"], seed=seed)
+                     agent=parsed["agent"], runner=parsed["runner"], seed=seed,
+                     metrics=parsed["metrics"])

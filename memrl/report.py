@@ -69,7 +69,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from memrl.metrics import EPISODES_FILE, EVAL_EPISODES_FILE, csr_curve, forgetting_curve, sr_curve, success_matrix
+from memrl.metrics import (EPISODES_FILE, EVAL_EPISODES_FILE, ZERO_FAIL_READINGS, ZeroFail, csr_curve,
+                           forgetting_curve, forgetting_mean, retrieval_by_epoch, sr_curve,
+                           success_matrix, zero_fail_epochs)
 from memrl.records import EpisodeRecord, read_episodes
 
 RUN_CARD_FILE = "run_card.json"
@@ -87,7 +89,7 @@ IGNORED_KEYS = {
     "llm.n_threads", "embedder.cache_path", "embedder.cache", "env.cache_dir", "env.data_root",
     "memory.bank.host", "memory.bank.port", "memory.bank.collection",
 }
-IGNORED_PREFIXES = ("paths.", "hydra.", "logger.", "local.")
+IGNORED_PREFIXES = ("paths.", "hydra.", "logger.", "local.", "metrics.")
 
 # Swept keys with a figure of their own: key -> output stem.
 PARAM_FIGURES = {"memory.lam": "lambda", "memory.alpha": "alpha"}
@@ -353,19 +355,18 @@ def _csr(r: Run) -> float:
     return csr_curve(r.S)[-1]
 
 
-def _fr_mean(r: Run) -> float | None:
-    fr = forgetting_curve(r.S)
-    return float(np.mean(fr)) if fr else None
+def _fr_mean(r: Run, zero_fail: ZeroFail = "zero") -> float | None:
+    return forgetting_mean(r.S, zero_fail)
 
 
-def table1_rows(groups: Sequence[Group]) -> list[dict[str, Any]]:
+def table1_rows(groups: Sequence[Group], zero_fail: ZeroFail = "zero") -> list[dict[str, Any]]:
     rows = []
     for g in groups:
         if g.mode == "transfer":
             continue
         last_m, last_lo, last_hi = t_interval(g.per_seed(_last))
         csr_m, csr_lo, csr_hi = t_interval(g.per_seed(_csr))
-        fr_m, fr_lo, fr_hi = t_interval(g.per_seed(_fr_mean))
+        fr_m, fr_lo, fr_hi = t_interval(g.per_seed(lambda r: _fr_mean(r, zero_fail)))
         rows.append({
             "benchmark": g.env, "method": g.label, "memory": g.memory,
             "params": json.dumps(dict(g.params), sort_keys=True) if g.params else "",
@@ -488,7 +489,8 @@ def table1_markdown(rows: Sequence[dict[str, Any]]) -> str:
     head = ("# Table 1: Last and CSR\n\n"
             "Mean over seeds with a 95% Student-t interval across seeds ([–]: one seed). "
             "Last = success rate of the final epoch; CSR = fraction of tasks solved at least once; "
-            "forgetting = mean forgetting rate over epochs 2..E.\n\n")
+            "forgetting = mean forgetting rate over epochs 2..E (how an epoch with no failure "
+            "is read: readings.md).\n\n")
     body = markdown_table(
         ["benchmark", "method", "n tasks", "seeds", "epochs", "Last", "CSR", "forgetting"],
         [[r["benchmark"], r["method"], r["n_tasks"], r["n_seeds"], r["epochs"],
@@ -707,11 +709,11 @@ def plot_curves(groups: Sequence[Group], env: str, path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_forgetting(groups: Sequence[Group], env: str, path: Path) -> Path:
+def plot_forgetting(groups: Sequence[Group], env: str, path: Path, zero_fail: ZeroFail = "zero") -> Path:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for g in groups:
-        m, lo, hi = curve_band(g, forgetting_curve)
+        m, lo, hi = curve_band(g, lambda S: forgetting_curve(S, zero_fail))
         if len(m) == 0:
             continue
         x = np.arange(2, len(m) + 2)
@@ -824,9 +826,45 @@ def plot_q_hist(run: Run, title: str, path: Path) -> Path:
     return _save(fig, path)
 
 
+# --------------------------------------------------------------------------- readings
+def readings_markdown(groups: Sequence[Group], zero_fail: ZeroFail = "zero") -> str:
+    """How to read the numbers: the forgetting reading in use with the count of epochs where
+    no task failed (FR = 0/0) and the mean under both readings; and, per epoch, what
+    retrieval saw (`memrl.metrics.retrieval_by_epoch`, pooled over seeds): the mean Phase-A
+    pool size and the share of non-empty pools made only of the task's own memories."""
+    rows, sat = [], []
+    for g in groups:
+        if g.mode == "transfer":
+            continue
+        means = {z: t_interval(g.per_seed(lambda r, z=z: _fr_mean(r, z)))[0] for z in ZERO_FAIL_READINGS}
+        rows.append([g.env, g.label, sum(zero_fail_epochs(r.S) for r in g.runs),
+                     sum(max(len(r.epochs) - 1, 0) for r in g.runs),
+                     _fmt_num(means["zero"]), _fmt_num(means["skip"])])
+        pooled = retrieval_by_epoch([rec for r in g.runs for rec in r.records])
+        for epoch, x in pooled.items():
+            sat.append([g.env, g.label, epoch, x["retrievals"], x["empty"], _fmt_num(x["mean_pool"], 2),
+                        _fmt_num(x["own_only_share"])])
+    out = ["# Readings\n",
+           f"Forgetting: an epoch in which no task failed has FR = 0/0. The tables use the "
+           f"reading `{zero_fail}` ({'counted as 0' if zero_fail == 'zero' else 'left out of the mean'}); "
+           "both means are below (mean over seeds).\n",
+           markdown_table(["benchmark", "method", "0/0 epochs", "epochs >= 2", "mean (zero)", "mean (skip)"], rows)]
+    if sat:
+        out += ["\nRetrieval, per epoch (all seeds pooled): mean Phase-A pool size over all retrievals "
+                "(an empty pool counts 0) and the share of non-empty pools made only of the task's own "
+                "memories (saturation).\n",
+                markdown_table(["benchmark", "method", "epoch", "retrievals", "empty", "mean pool",
+                                "own-only share"], sat)]
+    return "\n".join(out)
+
+
+def _fmt_num(x: float | None, digits: int = 3) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
 # --------------------------------------------------------------------------- report
 def build_report(paths: Sequence[str | Path], out: str | Path, *, n_boot: int = 10_000,
-                 seed: int = 0, reference: str = REFERENCE,
+                 seed: int = 0, reference: str = REFERENCE, zero_fail: ZeroFail = "zero",
                  warn: Callable[[str], None] = print) -> dict[str, Path]:
     """Write every table and figure into `out`; returns {name: path} of the files written."""
     out = Path(out)
@@ -852,7 +890,9 @@ def build_report(paths: Sequence[str | Path], out: str | Path, *, n_boot: int = 
     def put(name: str, path: Path) -> None:
         files[name] = path
 
-    t1 = table1_rows(groups)
+    t1 = table1_rows(groups, zero_fail)
+    (out / "readings.md").write_text(readings_markdown(groups, zero_fail), encoding="utf-8")
+    put("readings.md", out / "readings.md")
     if t1:
         (out / "table1.md").write_text(table1_markdown(t1), encoding="utf-8")
         put("table1.md", out / "table1.md")
@@ -874,7 +914,7 @@ def build_report(paths: Sequence[str | Path], out: str | Path, *, n_boot: int = 
         name = f"curves_{safe_name(env)}.png"
         put(name, plot_curves(gs, env, out / name))
         name = f"forgetting_{safe_name(env)}.png"
-        put(name, plot_forgetting(gs, env, out / name))
+        put(name, plot_forgetting(gs, env, out / name, zero_fail))
 
     for key, stem in PARAM_FIGURES.items():
         rows = param_rows(groups, key)
@@ -925,10 +965,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--n-boot", type=int, default=10_000, help="bootstrap draws (default 10000)")
     ap.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     ap.add_argument("--reference", default=REFERENCE, help="memory name compared against (default memrl)")
+    ap.add_argument("--forgetting-zero-fail", choices=ZERO_FAIL_READINGS, default="zero",
+                    help="an epoch with no failure (FR = 0/0): count it as 0 (default) or leave it out")
     args = ap.parse_args(argv)
     try:
         files = build_report(args.paths, args.out, n_boot=args.n_boot, seed=args.seed,
-                             reference=args.reference, warn=lambda m: print(m, file=sys.stderr))
+                             reference=args.reference, zero_fail=args.forgetting_zero_fail,
+                             warn=lambda m: print(m, file=sys.stderr))
     except (FileNotFoundError, ValueError) as exc:
         print(f"report: error: {exc}", file=sys.stderr)
         return 2

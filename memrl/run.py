@@ -31,7 +31,7 @@ RESUME_EXEMPT = {("runner", "progress"), ("runner", "epochs"), ("runner", "metri
                  ("paths", "cache_dir"), ("env", "data_root"), ("env", "prompts_file"),
                  ("env", "data_path"), ("env", "server_dir"), ("env", "host"), ("env", "port"),
                  ("env", "socket"), ("env", "user"), ("env", "password_env"),
-                 ("llm", "backoff_base"), ("llm", "backoff_max")}
+                 ("llm", "backoff_base"), ("llm", "backoff_max"), ("metrics", "forgetting_zero_fail")}
 
 
 def comparable(config: dict[str, Any]) -> dict[str, Any]:
@@ -39,6 +39,8 @@ def comparable(config: dict[str, Any]) -> dict[str, Any]:
     for section, key in RESUME_EXEMPT:
         if isinstance(out.get(section), dict):
             out[section].pop(key, None)
+            if not out[section]:
+                del out[section]  # a section of exempt keys only (e.g. `metrics`) is no difference
     return out
 
 
@@ -109,11 +111,12 @@ def execute(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     from memrl.metrics import compute_metrics, load_run
 
     logger = make_epoch_logger(cfg.get("logger"), run_dir=run_dir, config=config)
+    zero_fail = v.metrics.forgetting_zero_fail
 
     def epoch_end(epoch: int) -> None:
-        metrics = write_metrics(run_dir, plots=False) if v.runner.metrics_every_epoch else None
+        metrics = write_metrics(run_dir, plots=False, zero_fail=zero_fail) if v.runner.metrics_every_epoch else None
         if logger.active:
-            logger.log_epoch(metrics or compute_metrics(load_run(run_dir)), epoch)
+            logger.log_epoch(metrics or compute_metrics(load_run(run_dir), zero_fail=zero_fail), epoch)
 
     runner = Runner(run_dir, env=objs.env, memory=objs.memory, llm=objs.llm, settings=v.runner,
                     seed=v.seed, embed_intents=objs.embedder.embed, on_epoch_end=epoch_end)
@@ -138,7 +141,7 @@ def execute(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         if objs.eval_env is not None:
             objs.eval_env.close()
         objs.memory.close()
-    metrics = write_metrics(run_dir, plots=True)
+    metrics = write_metrics(run_dir, plots=True, zero_fail=zero_fail)
     return metrics
 
 

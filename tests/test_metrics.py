@@ -99,6 +99,7 @@ def test_compute_metrics_keys_and_values() -> None:
     assert set(m) == {
         "sr", "last", "csr", "csr_curve", "forgetting", "forgetting_mean", "n_tasks", "epochs",
         "n_episodes", "errored_episodes", "tokens", "llm_calls", "missing_cells", "outcomes",
+        "forgetting_zero_fail", "forgetting_zero_fail_epochs", "forgetting_mean_by_reading", "retrieval",
     }
     assert m["sr"] == pytest.approx([1 / 3, 2 / 3, 2 / 3])
     assert m["last"] == pytest.approx(2 / 3)
