@@ -25,6 +25,7 @@ AGENTS = ("react", "canonical")
 SPLITS = ("instruct", "complete")
 SUBSETS = ("full", "hard")
 PARTS = ("train", "validation", "all")
+INTENTS = ("task", "prompt")  # what retrieval embeds: the task description | the whole prompt
 _OBS_CHARS = 1200
 
 
@@ -47,6 +48,9 @@ class BigCodeBenchEnv:
             240 s) and the sandbox's address-space and process limits.
         calibrated: put the code prompt (imports + header) in front of the solution, as
             bigcodebench's calibrated evaluation does.
+        intent: what retrieval embeds and memories are keyed by: "task" (the description,
+            without the code header) or "prompt" (the split's whole prompt, as the official
+            MemRL code does).
         max_parallel: sandboxes at once across threads (default: CPU count).
         max_steps: accepted for the shared debug presets; an episode is one attempt.
     """
@@ -59,13 +63,16 @@ class BigCodeBenchEnv:
                  split_file: str | os.PathLike[str] | None = None, max_tasks: int | None = None,
                  task_ids: Iterable[str] | None = None, max_steps: int = 1, max_tokens: int = 1280,
                  time_limit_s: float = 240.0, memory_mb: int = 4096, nproc: int = 256,
-                 calibrated: bool = True, max_parallel: int | None = None,
+                 calibrated: bool = True, max_parallel: int | None = None, intent: str = "task",
                  cache_dir: str | os.PathLike[str] | None = None, agent: str = "react",
                  executor: Executor | None = None) -> None:
         for value, allowed, what in ((agent, AGENTS, "agent"), (split, SPLITS, "split"),
                                      (subset, SUBSETS, "subset"), (part, PARTS, "part")):
             if value not in allowed:
                 raise ValueError(f"unknown BigCodeBench {what} {value!r}; expected one of {allowed}")
+        if intent not in INTENTS:
+            raise ValueError(f"unknown BigCodeBench intent {intent!r}; expected one of {INTENTS}")
+        self.intent = intent
         if max_tasks is not None and max_tasks < 1:
             raise ValueError("max_tasks must be >= 1")
         if not 0.0 < train_ratio < 1.0:
@@ -126,7 +133,7 @@ class BigCodeBenchEnv:
         return [self._task(problems[t]) for t in ids]
 
     def _task(self, p: loader.BCBProblem) -> Task:
-        return Task(task_id=p.task_id, intent=task_intent(p, self.split),
+        return Task(task_id=p.task_id, intent=task_intent(p, self.split, self.intent == "prompt"),
                     payload={"split": self.split, "subset": self.subset, "part": self.part,
                              "entry_point": p.entry_point, "libs": list(p.libs),
                              "content_hash": p.content_hash})

@@ -34,6 +34,7 @@ class BigCodeBenchSettings(BaseModel):
     nproc: int = Field(256, ge=8, description="processes+threads the sandbox may hold")
     calibrated: bool = Field(True, description="prepend the code prompt, as bigcodebench's calibrated eval")
     max_parallel: int | None = Field(None, ge=1, description="sandboxes at once; null = CPU count")
+    intent: Literal["task", "prompt"] = Field("task", description="retrieval key: task description | whole prompt")
     cache_dir: str | None = None
 
     @model_validator(mode="after")

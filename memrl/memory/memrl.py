@@ -73,7 +73,7 @@ class MemRLSettings(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "MemRLSettings":
-        if self.k2 > self.k1:
+        if self.k2 > self.k1 and not self.pool_by_intent:  # a pool of k1 keys holds more memories
             raise ValueError(f"k2: must not exceed k1 (k2={self.k2} > k1={self.k1})")
         if isinstance(self.delta, float) and not -1.0 <= self.delta <= 1.0:
             raise ValueError(f"delta: must be a cosine similarity in [-1, 1] or 'auto' (got {self.delta})")
