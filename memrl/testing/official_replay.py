@@ -229,3 +229,40 @@ def replay(memory_settings: Any, stream: Stream, batch_size: int, *, own_key_fal
             tmp.cleanup()
     return ReplayResult(steps=steps, agree=agree, same_pool=same_pool,
                         mean_pool_ours=float(np.mean(pools_ours)), mean_pool_reference=float(np.mean(pools_ref)))
+
+
+def saturation(memory_settings: Any, stream: Stream, batch_size: int = 1) -> dict[int, dict[str, float]]:
+    """Per epoch, what MemRL's Phase-A pools held on `stream`: the mean pool size and the share
+    of non-empty pools made only of the task's own memories (`memrl.metrics.retrieval_by_epoch`
+    on the run's retrieval records)."""
+    from memrl.memory.memrl import MemRLMemory
+    from memrl.metrics import retrieval_by_epoch
+    from memrl.records import EpisodeRecord
+
+    settings = memory_settings.model_copy(update={"write_mode": "raw"})
+    table = {t.task.intent: t.vector for t in stream.tasks}
+    records: list[EpisodeRecord] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        mem = MemRLMemory(settings, bank_dir=Path(tmp) / "bank", embedder=TableEmbedder(table))
+        mem.setup([t.task for t in stream.tasks])
+        try:
+            for epoch in range(1, stream.epochs + 1):
+                for start in range(0, len(stream.tasks), batch_size):
+                    batch = stream.tasks[start:start + batch_size]
+                    got = [mem.retrieve(t.task, seed=epoch) for t in batch]
+                    items = []
+                    for t, g in zip(batch, got):
+                        success = stream.outcomes[(epoch, t.task.task_id)]
+                        records.append(EpisodeRecord(epoch=epoch, batch=start, task_id=t.task.task_id,
+                                                     intent=t.task.intent, success=success,
+                                                     reward=float(success), steps=1,
+                                                     info={"retrieval": {"pool": g.stats.pool,
+                                                                         "own_only": g.stats.own_only}}))
+                        items.append(LearnItem(task=t.task, result=EpisodeResult(success, float(success), 1),
+                                               injected=list(g), epoch=epoch,
+                                               digest={"experience": t.task.intent, "kind": "raw"},
+                                               embedding=[float(x) for x in t.vector]))
+                    mem.apply(mem.plan(items))
+        finally:
+            mem.close()
+    return {int(e): v for e, v in retrieval_by_epoch(records).items()}
