@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from memrl.rundir import RunDir
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 ALFWORLD = SHARED / "alfworld"
@@ -48,14 +50,15 @@ def run(args: list[str], tmp: Path, **env: str) -> tuple[subprocess.CompletedPro
 
 def check_official_run(out: subprocess.CompletedProcess, run_dir: Path, env_name: str) -> list[dict]:
     assert out.returncode == 0, out.stderr[-3000:]
-    card = json.loads((run_dir / "run_card.json").read_text())
+    rd = RunDir(run_dir)
+    card = json.loads(rd.card.read_text())
     assert card["status"] == "finished" and card["model"].startswith("local/")
     assert card["config"]["env"]["name"] == env_name
     memory = card["config"]["memory"]
     assert memory["pool_by_intent"] is True and memory["phase_a_ties"] == "oldest"
     assert memory["delta"] == 0.5 and memory["z_clip"] == 3.0 and memory["sim_stats"]
     assert card["config"]["runner"]["batch_size"] >= 5
-    recs = [json.loads(x) for x in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    recs = [json.loads(x) for x in rd.episodes.read_text().splitlines()]
     tasks = sorted({r["task_id"] for r in recs})
     assert len(tasks) == 2 and len(recs) == 4 and {r["epoch"] for r in recs} == {1, 2}
     for r in recs:
@@ -67,7 +70,7 @@ def check_official_run(out: subprocess.CompletedProcess, run_dir: Path, env_name
             assert f"e001:{r['task_id']}" in ids and len(ids) == pool <= 2
             assert r["info"]["retrieval"]["own_only"] == (ids == [f"e001:{r['task_id']}"])
             assert all(m["id"].startswith("e001:") for m in r["injected"])
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics = json.loads(rd.metrics.read_text())
     assert metrics["n_tasks"] == 2 and metrics["epochs"] == 2
     assert metrics["retrieval"]["1"] == {"retrievals": 2, "empty": 2, "mean_pool": 0.0, "own_only_share": None}
     second = metrics["retrieval"]["2"]
@@ -84,7 +87,7 @@ def check_official_run(out: subprocess.CompletedProcess, run_dir: Path, env_name
 def bank_of(run_dir: Path) -> dict[str, dict]:
     from memrl.memory.bank import ChromaBank
 
-    return {e["id"]: e for e in ChromaBank(run_dir / "bank").snapshot()}
+    return {e["id"]: e for e in ChromaBank(RunDir(run_dir).bank).snapshot()}
 
 
 @pytest.mark.skipif(not ALFWORLD.is_dir(), reason=f"ALFWorld data not at {ALFWORLD}")

@@ -15,6 +15,7 @@ from memrl.records import RetrievedMemory, Step
 from memrl_envs.memory_block import format_memories
 
 PROMPTS_FILENAME = "react_alfworld_3prompts.json"
+STOP = ("\n",)  # an action is one line
 
 INSTRUCTION = (
     "You control an agent inside a text-based simulation of a household. After each '>' "

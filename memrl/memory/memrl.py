@@ -1,4 +1,4 @@
-"""MemRL (DESIGN §4): a bank of (intent, experience, Q); two-phase retrieval (similarity gate
+"""MemRL (docs/design.md §4): a bank of (intent, experience, Q); two-phase retrieval (similarity gate
 then utility-aware ranking); Monte-Carlo utility updates of the injected memories; one new
 memory per episode written by the frozen model.
 
@@ -8,6 +8,7 @@ default is the paper's behaviour.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from memrl.records import EpisodeResult, RetrievalStats, Retrieved, RetrievedMemory, Task
 
 from .bank import BankSettings
-from .base import BankedMemory, LearnItem
+from .base import BankedMemory, LearnItem, NewMemory
 from .entry import BankUpdate, MemoryEntry
 from .retrieval import (PhaseBOptions, TieRule, choose_key, epsilon_greedy, key_similarities,
                         phase_a, pool_by_intent, rank_pool, similarity_quantile, update_q)
@@ -26,6 +27,8 @@ from .writer import ExperienceWriter
 if TYPE_CHECKING:
     from memrl.embed import Embedder
     from memrl.llm.client import EpisodeLLM
+
+log = logging.getLogger(__name__)
 
 
 class WriterSettings(BaseModel):
@@ -96,11 +99,17 @@ class MemRLMemory(BankedMemory):
             z_clip=settings.z_clip, q_min=settings.q_min)
 
     # ------------------------------------------------------------------ set-up
-    def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
-        """Resolve `delta: auto` on the run's own task intents and embedder."""
+    def prepare(self, tasks: list[Task], seed: int) -> dict[str, Any]:
+        """Resolve `delta: auto` on the run's own task intents and embedder; log the δ in use."""
+        model = getattr(self.embedder, "model_id", type(self.embedder).__name__)
         if self.s.delta == "auto":
             emb = self.embedder.embed([t.intent for t in tasks])
             self.delta = similarity_quantile(emb, self.s.delta_quantile, seed=seed)
+            log.info("MemRL similarity gate: delta = %.4f (auto: the %g quantile of pairwise intent "
+                     "similarity over %d tasks, embedder %s)", self.delta, self.s.delta_quantile,
+                     len(tasks), model)
+        else:
+            log.info("MemRL similarity gate: delta = %.4f (configured; embedder %s)", self.delta, model)
         return {"delta": self.delta}
 
     def _embed(self, text: str) -> np.ndarray:
@@ -136,7 +145,7 @@ class MemRLMemory(BankedMemory):
                llm: "EpisodeLLM | None") -> dict[str, Any] | None:
         if not self.s.write_memories:
             return None
-        if result.errors and not self.s.learn_from_errors:
+        if self.skips(bool(result.errors)):
             return None  # `plan` skips an errored episode: spend no writer call on it
         return self.writer.write(task.intent, result, llm if self.s.write_mode == "llm" else None)
 
@@ -149,9 +158,8 @@ class MemRLMemory(BankedMemory):
         current = self.bank.get(used)
         q = {mid: e.q for mid, e in current.items()}
         visits = {mid: e.visits for mid, e in current.items()}
-        order = self.bank.next_order
         for it in items:
-            if it.errored and not self.s.learn_from_errors:
+            if self.skips(it.errored):
                 continue
             r = self.reward(it.result.success)
             for m in it.injected:
@@ -160,20 +168,24 @@ class MemRLMemory(BankedMemory):
                 q[m.memory_id] = update_q(q[m.memory_id], r, self.s.alpha, self.s.q_floor)
                 visits[m.memory_id] += 1
                 update.set_fields[m.memory_id] = {"q": q[m.memory_id], "visits": visits[m.memory_id]}
-            if self.s.write_memories and it.digest is not None:
-                update.add.append(self._new_entry(it, order))
-                order += 1
+        update.add = self.new_entries(items)
         return update
 
-    def _choose_key(self, it: LearnItem) -> tuple[str, list[float]]:
+    def _new_memory(self, it: LearnItem) -> NewMemory | None:
+        if not self.s.write_memories or it.digest is None:
+            return None
+        q0 = (1.0 if it.result.success else 0.0) if self.s.q_init_by_outcome else self.s.q_init
+        return NewMemory(experience=it.digest["experience"], kind=it.digest.get("kind", ""), q=q0)
+
+    def _entry_key(self, it: LearnItem) -> tuple[str, list[float]]:
         """The key (intent text, embedding) a new memory is filed under: the task's own intent,
         or -- with `dedup_threshold` -- the most similar existing key when cos ≥ the threshold
         and the key passes the similarity gate (the official code only joins a key that was
         retrieved for the task). `plan` runs against the bank as of batch start, i.e. the
         bank the batch's retrievals saw."""
-        own = list(map(float, it.embedding)) if it.embedding else self._embed(it.task.intent).tolist()
+        intent, own = super()._entry_key(it)
         if self.s.dedup_threshold is None:
-            return it.task.intent, own
+            return intent, own
         hits = self.bank.neighbours(np.asarray(own), 1, by_key=True)
         sims = key_similarities(np.array([s for _, s in hits]), [e.key for e, _ in hits])
         entries: dict[str, MemoryEntry] = {}  # key -> its oldest entry
@@ -189,19 +201,9 @@ class MemRLMemory(BankedMemory):
         best = choose_key(key_sims, threshold=self.s.dedup_threshold,
                           orders=np.array([entries[k].order for k in keys]))
         if best is None:
-            return it.task.intent, own
+            return intent, own
         twin = self.bank.get([entries[keys[best]].memory_id], with_embeddings=True)
         if not twin:
-            return it.task.intent, own
+            return intent, own
         entry = next(iter(twin.values()))
         return entry.intent, entry.embedding
-
-    def _new_entry(self, it: LearnItem, order: int) -> MemoryEntry:
-        key_text, key = self._choose_key(it)
-        q0 = (1.0 if it.result.success else 0.0) if self.s.q_init_by_outcome else self.s.q_init
-        return MemoryEntry(
-            memory_id=f"e{it.epoch:03d}:{it.task.task_id}", intent=key_text,
-            experience=it.digest["experience"], embedding=key, q=q0, visits=0,
-            success=bool(it.result.success), epoch=it.epoch, task_id=it.task.task_id,
-            kind=it.digest.get("kind", ""), injected_ids=[m.memory_id for m in it.injected],
-            order=order)
