@@ -126,7 +126,7 @@ def test_bcb_official(tmp_path):
     recs = check_official_run(out, run_dir, "bigcodebench")
     # the official retrieval text: the whole instruct prompt, code header included
     assert all("You should write self-contained code" in r["intent"] for r in recs)
-    assert all(r["info"]["outcome"] in ("pass", "fail", "timeout", "syntax_error") for r in recs)
+    assert all(r["outcome_detail"] in ("pass", "fail", "timeout", "syntax_error") for r in recs)
 
 
 @pytest.mark.skipif(not (LIFELONG / "os_interaction_train.json").is_file(), reason=f"no Lifelong data at {LIFELONG}")
