@@ -168,6 +168,10 @@ def test_pool_by_intent_expands_the_top_k1_keys_into_their_buckets():
     assert pool_by_intent(sims, keys, delta=0.5, k1=9, orders=orders).tolist() == [0, 2, 5, 1, 4, 3]
     assert pool_by_intent(sims, keys, delta=0.5, k1=4, gate=False, orders=orders).tolist() == [0, 2, 5, 1, 4, 3, 6]
     assert pool_by_intent(sims, keys, delta=0.95, k1=2, orders=orders).size == 0
+    # a key exactly at the threshold passes the official gate (sim >= δ); the paper's is strict
+    at = np.array([0.5, 0.5, 0.4])
+    assert pool_by_intent(at, ["A", "A", "B"], delta=0.5, k1=2).tolist() == [0, 1]
+    assert phase_a(at, delta=0.5, k1=2).size == 0
 
 
 def test_pool_by_intent_ties_between_keys():

@@ -21,7 +21,8 @@ from .bank import BankSettings
 from .base import BankedMemory, LearnItem, NewMemory
 from .entry import BankUpdate, MemoryEntry
 from .retrieval import (PhaseBOptions, TieRule, choose_key, epsilon_greedy, key_similarities,
-                        phase_a, pool_by_intent, rank_pool, similarity_quantile, update_q)
+                        passes_gate, phase_a, pool_by_intent, rank_pool, similarity_quantile,
+                        update_q)
 from .writer import ExperienceWriter
 
 if TYPE_CHECKING:
@@ -197,7 +198,8 @@ class MemRLMemory(BankedMemory):
         keys = list(entries)
         key_sims = np.array([key_sim[k] for k in keys])
         if self.s.sim_gate:
-            key_sims = np.where(key_sims > self.delta, key_sims, -np.inf)
+            key_sims = np.where(passes_gate(key_sims, self.delta, inclusive=self.s.pool_by_intent),
+                                key_sims, -np.inf)
         best = choose_key(key_sims, threshold=self.s.dedup_threshold,
                           orders=np.array([entries[k].order for k in keys]))
         if best is None:

@@ -68,6 +68,13 @@ def key_similarities(sims: np.ndarray, keys: Sequence[Any] | None) -> np.ndarray
     return np.array([best[k] for k in keys], dtype=np.float64)
 
 
+def passes_gate(sims: np.ndarray, delta: float, *, inclusive: bool = False) -> np.ndarray:
+    """Which similarities pass the gate: sim > δ (the paper), or sim ≥ δ with `inclusive` (the
+    official code's key gate, `pool_by_intent`)."""
+    sims = np.asarray(sims, dtype=np.float64)
+    return sims >= delta if inclusive else sims > delta
+
+
 def _ranked(sims: np.ndarray, orders: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """`idx` sorted by similarity (highest first), then by insertion order (oldest first)."""
     return idx[np.lexsort((orders[idx], -sims[idx]))]
@@ -107,17 +114,18 @@ def phase_a(sims: np.ndarray, *, delta: float, k1: int, gate: bool = True,
     orders = np.arange(sims.size) if orders is None else np.asarray(orders)
     idx = np.arange(sims.size)
     if gate:
-        idx = idx[sims > delta]
+        idx = idx[passes_gate(sims, delta)]
     return cut_at_k(sims, orders, _ranked(sims, orders, idx), k1, ties=ties, tol=tol)
 
 
 def pool_by_intent(sims: np.ndarray, keys: Sequence[Any], *, delta: float, k1: int,
                    gate: bool = True, ties: TieRule = "include",
                    orders: np.ndarray | None = None, tol: float = TIE_TOL) -> np.ndarray:
-    """The official code's Phase A: rank distinct keys by similarity (sim > δ when the gate is
-    on), take the top-k1 keys (ties by `ties`, key age = its oldest entry), and return every
-    entry filed under them: key by key in rank order, each bucket oldest first. The pool is
-    usually larger than k1."""
+    """The official code's Phase A: rank distinct keys by similarity (sim ≥ δ when the gate is
+    on: the official code keeps a key at the threshold, the paper's gate is strict), take the
+    top-k1 keys (ties by `ties`, key age = its oldest entry), and return every entry filed
+    under them: key by key in rank order, each bucket oldest first. The pool is usually larger
+    than k1."""
     sims = key_similarities(sims, keys)
     orders = np.arange(sims.size) if orders is None else np.asarray(orders)
     distinct = list(dict.fromkeys(keys))
@@ -127,7 +135,9 @@ def pool_by_intent(sims: np.ndarray, keys: Sequence[Any], *, delta: float, k1: i
         members[where[k]].append(i)
     key_sims = np.array([sims[m[0]] for m in members], dtype=np.float64)
     key_orders = np.array([min(orders[i] for i in m) for m in members])
-    chosen = phase_a(key_sims, delta=delta, k1=k1, gate=gate, ties=ties, orders=key_orders, tol=tol)
+    passing = np.flatnonzero(passes_gate(key_sims, delta, inclusive=True)) if gate else np.arange(key_sims.size)
+    chosen = passing[phase_a(key_sims[passing], delta=delta, k1=k1, gate=False, ties=ties,
+                             orders=key_orders[passing], tol=tol)]
     out = [i for c in chosen for i in sorted(members[c], key=lambda j: (orders[j], j))]
     return np.array(out, dtype=int)
 
