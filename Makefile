@@ -160,8 +160,9 @@ merge-llb: rootfs
 
 # BigCodeBench: the libraries its tests import (CPU only), the canonical-solution check at 1 and
 # 2 workers, and MemRL + baselines with the paper's settings (GPT-4o; OPENAI_API_KEY).
-# Offline, on the shared 103-task file (already the train part of the seed-42 split):
-#   make reproduce-bcb BCB_ARGS="env.data_path=../shared/data/bigcodebench/bigcodebench_hard_train.jsonl env.part=all"
+# The preset runs the paper's set (Instruct-Full, train part of the seed-42 division). Offline,
+# on the shared 103-task Hard file (already the train part of Hard's seed-42 division):
+#   make reproduce-bcb BCB_ARGS="env.subset=hard env.data_path=../shared/data/bigcodebench/bigcodebench_hard_train.jsonl env.part=all"
 bcb-eval-deps: setup
 	$(PIP) install -q -c $(CONSTRAINTS) -e ".[bcb-eval]"
 	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(BCB_CHECKER)

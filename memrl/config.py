@@ -11,7 +11,7 @@ Importing this module registers the config resolver `memrl.paper_delta` (see `pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -141,10 +141,19 @@ class AgentSettings(BaseModel):
     name: str
 
 
+class MetricsSettings(BaseModel):
+    """The `metrics` section: how metrics.json reads what the episodes leave undefined."""
+
+    model_config = ConfigDict(extra="forbid")
+    # an epoch with no failure has forgetting rate 0/0: count it as 0 | leave it out
+    forgetting_zero_fail: Literal["zero", "skip"] = no_effect("zero")
+
+
 # Sections whose schema is fixed (env and memory name their class, and so their schema, in
 # `_target_`); memrl.result_keys reads the marks of the same schemas.
 SECTION_SCHEMAS: dict[str, type[BaseModel]] = {
-    "llm": LLMSettings, "embedder": EmbedderSettings, "agent": AgentSettings, "runner": RunnerSettings}
+    "llm": LLMSettings, "embedder": EmbedderSettings, "agent": AgentSettings, "runner": RunnerSettings,
+    "metrics": MetricsSettings}
 
 
 @dataclass
@@ -159,6 +168,7 @@ class Validated:
     runner: RunnerSettings
     seed: int
     policy: "type[Policy]"  # the agent's policy class in the env's registry
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
 
 def _errors(section: str, exc: ValidationError) -> list[str]:
@@ -231,7 +241,8 @@ def validate(cfg: DictConfig) -> Validated:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return Validated(env_cls=classes["env"], env=parsed["env"], memory_cls=classes["memory"],
                      memory=parsed["memory"], llm=parsed["llm"], embedder=parsed["embedder"],
-                     agent=parsed["agent"], runner=parsed["runner"], seed=seed, policy=policy)
+                     agent=parsed["agent"], runner=parsed["runner"], seed=seed, policy=policy,
+                     metrics=parsed["metrics"])
 
 
 def _policy(env_cls: type | None, agent: AgentSettings | None, problems: list[str]) -> "type[Policy] | None":

@@ -92,6 +92,23 @@ class RetrievedMemory:
                 "chars": len(self.intent) + len(self.experience)}
 
 
+@dataclass(frozen=True)
+class RetrievalStats:
+    """What one retrieval's Phase-A pool looked like (recorded as `info.retrieval`)."""
+
+    pool: int  # memories in the Phase-A pool, before Phase B picks the injected ones
+    own_only: bool  # the pool was non-empty and held only memories written by this same task
+
+
+class Retrieved(list):  # list[RetrievedMemory]
+    """What a memory module's `retrieve` returns: the memories to inject, plus (for modules
+    that record it) the `RetrievalStats` of the pool they were chosen from."""
+
+    def __init__(self, memories: Iterable[RetrievedMemory] = (), stats: RetrievalStats | None = None):
+        super().__init__(memories)
+        self.stats = stats
+
+
 @dataclass
 class Step:
     """One turn of an episode: what the agent did and what the environment answered."""
