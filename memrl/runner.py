@@ -3,13 +3,18 @@ concurrently, learn in task order, commit. Killing the process at any moment and
 the same command again continues the run and ends in the same state.
 
 Commit protocol for one batch (paths named by `memrl.rundir.RunDir`):
-  1. state/journal.json    ← the planned bank update and the batch's records (atomic write)
+  1. state/journal.json    ← the planned bank update, the batch's records and what the
+                             commit logs (its bank-update line, the texts it names) (atomic)
   2. bank/                 ← apply the update (idempotent: absolute values)
-  3. episodes.jsonl        ← append the records (fsync)
-  4. state/checkpoint.json ← (epoch, batch) committed (atomic write); then the journal goes.
-On start, a journal newer than the checkpoint is re-applied; episode lines beyond the
-checkpoint (a torn append) are dropped. A batch that never reached its journal is replayed;
-the response cache makes that replay free and identical.
+  3. memories.jsonl        ← the texts the records name (content-addressed: idempotent)
+  4. episodes.jsonl        ← append the records (fsync)
+  5. bank_updates.jsonl    ← append the batch's line: Q before -> after, added, removed (fsync)
+  6. state/checkpoint.json ← (epoch, batch) committed (atomic write); then the journal goes.
+On start, a journal newer than the checkpoint is re-applied; episode and bank-update lines
+beyond the checkpoint (a torn or orphaned append) are dropped first, so a replayed commit
+appends each line exactly once. A batch that never reached its journal is replayed; the
+response cache makes that replay free and identical. Record building and the logs are in
+memrl/recording.py; the progress bar and the per-epoch log line in memrl/live.py.
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
+from memrl.live import RunTally, progress_enabled
 from memrl.llm.client import LLMClient
 from memrl.memory.base import LearnItem, MemoryModule
 from memrl.memory.entry import BankUpdate
+from memrl.recording import CommitLog, episode_record, mark_written, memory_texts
 from memrl.records import (EpisodeRecord, EpisodeResult, RetrievedMemory, Task, append_jsonl,
-                           iter_jsonl, write_json_atomic)
+                           iter_jsonl, keep_committed, write_json_atomic)
 from memrl.result_keys import extent, no_effect
 from memrl.rundir import RunDir
 from memrl.seeding import derive_seed
@@ -46,7 +53,8 @@ class RunnerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     epochs: int = extent(10, ge=1)
     batch_size: int = Field(1, ge=1, description="B=1 is strictly online")
-    progress: bool = no_effect(True)
+    # the progress bar: true, false, or auto = only when stderr is a terminal (memrl/live.py)
+    progress: bool | Literal["auto"] = no_effect("auto")
     metrics_every_epoch: bool = no_effect(True)
     # transfer protocol: after each training epoch, evaluate the frozen bank on another split
     mode: Literal["train", "transfer"] = "train"
@@ -90,6 +98,8 @@ class Runner:
         self.workers = llm.max_concurrency if llm is not None else int(env.parallel_episodes)
         self._embeddings: dict[str, list[float]] = {}
         self._solved: set[str] = set()
+        self.commit_log = CommitLog(self.run_dir)
+        self.tally = RunTally(n_tasks=0)
 
     # ------------------------------------------------------------- persistence
     def load_checkpoint(self) -> Checkpoint:
@@ -99,18 +109,10 @@ class Runner:
         return Checkpoint(epoch=int(d["epoch"]), batch=int(d["batch"]))
 
     def _truncate_episodes(self, ckpt: Checkpoint) -> None:
-        """Keep only records of committed batches (drops a torn or orphaned append)."""
-        if not self.episodes_path.exists():
-            return
-        keep = [r for r in iter_jsonl(self.episodes_path)
-                if ckpt.after(int(r["epoch"]), int(r["batch"]))]
-        tmp = self.episodes_path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            for r in keep:
-                fh.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.episodes_path)
+        """Keep only the records and bank-update lines of committed batches (drops a torn or
+        orphaned append)."""
+        keep_committed(self.episodes_path, ckpt.after)
+        self.commit_log.truncate(ckpt.after)
 
     def recover(self) -> Checkpoint:
         ckpt = self.load_checkpoint()
@@ -120,22 +122,31 @@ class Runner:
                 log.info("recovering batch %s of epoch %s from its journal", j["batch"], j["epoch"])
                 self._truncate_episodes(ckpt)
                 self._commit(j["epoch"], j["batch"], BankUpdate.from_dict(j["update"]),
-                             j["records"], journal_written=True)
+                             j["records"], extras=j.get("extras"), journal_written=True)
                 return self.load_checkpoint()
             self.journal_path.unlink()
         self._truncate_episodes(ckpt)
         return ckpt
 
     def _commit(self, epoch: int, batch: int, update: BankUpdate, records: list[dict],
-                journal_written: bool = False) -> None:
+                texts: dict[str, dict[str, str]] | None = None, *,
+                extras: dict[str, Any] | None = None, journal_written: bool = False) -> None:
+        """Commit one batch (the protocol above). `texts`: the injected memories' texts the
+        records name; `extras` (recovery): what the journal says the commit logs."""
         if not journal_written:
+            extras = self.commit_log.prepare(epoch, batch, update, self.memory, texts or {},
+                                             first=not self.ckpt_path.exists())
             write_json_atomic(self.journal_path, {"epoch": epoch, "batch": batch,
-                                                  "update": update.to_dict(), "records": records})
+                                                  "update": update.to_dict(), "records": records,
+                                                  "extras": extras})
         self.memory.apply(update)
+        self.commit_log.write_texts(extras)
         append_jsonl(self.episodes_path, [json.dumps(r, ensure_ascii=False, sort_keys=True)
                                           for r in records])
+        self.commit_log.write_bank_update(extras)
         write_json_atomic(self.ckpt_path, {"epoch": epoch, "batch": batch})
         self.journal_path.unlink(missing_ok=True)
+        self.tally.add(records)
 
     # ------------------------------------------------------------------ episodes
     def _episode_seed(self, epoch: int, task: Task) -> int:
@@ -167,16 +178,9 @@ class Runner:
         info = dict(result.info)
         if digest and digest.get("error"):
             info["writer_error"] = digest["error"]
-        meter = ep_llm.meter if ep_llm is not None else None
-        record = EpisodeRecord(
-            epoch=epoch, batch=batch, task_id=task.task_id, intent=task.intent,
-            success=bool(result.success), reward=float(result.reward), steps=int(result.steps),
-            injected=[m.to_record() for m in memories],
-            tokens=meter.tokens() if meter else {"prompt": 0, "completion": 0},
-            llm_calls=meter.calls if meter else 0, cache_hits=meter.cache_hits if meter else 0,
-            errors=list(result.errors), transcript=[asdict(s) for s in result.transcript],
-            info=info, seed=seed, duration_s=round(time.monotonic() - t0, 3),
-            outcome=result.outcome, outcome_detail=result.outcome_detail)
+        record = episode_record(epoch=epoch, batch=batch, task=task, result=result,
+                                memories=memories, meter=ep_llm.meter if ep_llm else None,
+                                seed=seed, duration_s=time.monotonic() - t0, info=info)
         item = LearnItem(task=task, result=result, injected=memories, epoch=epoch, digest=digest,
                          errored=errored, embedding=self._embeddings.get(task.task_id, []))
         return record, item
@@ -210,7 +214,9 @@ class Runner:
             self._embeddings = {t.task_id: [float(x) for x in v] for t, v in zip(everything, vecs)}
         ckpt = self.recover()
         eval_ckpt = self._recover_eval()
-        self._solved = {r["task_id"] for r in iter_jsonl(self.episodes_path) if r["success"]}
+        self.tally = RunTally(n_tasks=len(tasks))
+        self.tally.add(iter_jsonl(self.episodes_path))
+        self._solved = set(self.tally.solved_by)
         B = self.s.batch_size
         batches = [tasks[i:i + B] for i in range(0, len(tasks), B)]
         eval_batches = [eval_tasks[i:i + B] for i in range(0, len(eval_tasks), B)]
@@ -227,15 +233,17 @@ class Runner:
         return ckpt
 
     def _progress(self, total: int, done: int, desc: str) -> tqdm:
-        return tqdm(total=total, initial=done, desc=desc, disable=not self.s.progress, unit="task",
-                    dynamic_ncols=True)
+        return tqdm(total=total, initial=done, desc=desc, unit="task", dynamic_ncols=True,
+                    disable=not progress_enabled(self.s.progress))
+
+    def _postfix(self, bar: tqdm, epoch: int) -> None:
+        bar.set_postfix(self.tally.postfix(epoch, self.llm.totals() if self.llm else None))
 
     def _train_epoch(self, pool: ThreadPoolExecutor, epoch: int, batches: list[list[Task]],
                      todo: list[int]) -> Checkpoint:
         total = sum(map(len, batches))
         done = total - sum(len(batches[b]) for b in todo)
         bar = self._progress(total, done, f"epoch {epoch}/{self.s.epochs}")
-        wins = 0
         for b in todo:
             batch = batches[b]
             memories = [self.memory.retrieve(t, seed=derive_seed(self.seed, "retrieve", epoch, t.task_id))
@@ -243,12 +251,13 @@ class Runner:
             outs = list(pool.map(lambda tm: self._play(epoch, b, tm[0], tm[1]), zip(batch, memories)))
             records = [asdict(r) for r, _ in outs]
             update = self.memory.plan([item for _, item in outs])
-            self._commit(epoch, b, update, records)
+            mark_written(records, update)
+            self._commit(epoch, b, update, records, memory_texts(item.injected for _, item in outs))
             self._solved.update(r["task_id"] for r in records if r["success"])
-            wins += sum(r["success"] for r in records)
             bar.update(len(batch))
-            bar.set_postfix(solved=wins)
+            self._postfix(bar, epoch)
         bar.close()
+        log.info("%s", self.tally.epoch_line(epoch, self.s.epochs))
         return Checkpoint(epoch, todo[-1])
 
     # ------------------------------------------------------------ transfer eval
@@ -272,6 +281,7 @@ class Runner:
                         for t in batch]
             outs = list(pool.map(lambda tm: self._play(epoch, b, tm[0], tm[1], learn=False),
                                  zip(batch, memories)))
+            self.commit_log.write_texts({"texts": memory_texts(item.injected for _, item in outs)})
             append_jsonl(self.eval_path, [json.dumps(asdict(r), ensure_ascii=False, sort_keys=True)
                                           for r, _ in outs])
             write_json_atomic(self.eval_ckpt_path, {"epoch": epoch, "batch": b})

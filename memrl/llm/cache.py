@@ -8,6 +8,13 @@ sampled answers stay distinct per sample and replay exactly on a rerun.
 Multi-part content (text and images) enters the key as a list of parts, an image by the
 sha256 of its URL; plain-string content enters as the string, and `response_format` only
 when it is set, so the key of a text-only request is the same as before either existed.
+
+The prompt store: beside each response the cache keeps the request it answered (the key's
+own payload, `request_payload`, zlib-compressed, in a second table), so the key an episode
+record lists for each model call (`model_calls[].key`) finds the prompt as well as the
+answer (`ResponseCache.lookup`, `memrl cache prompt KEY`). A request is stored when it is
+first asked, before the model answers, so a call that failed keeps its prompt too; an older
+cache learns the prompts of its hits as they are asked again.
 """
 
 from __future__ import annotations
@@ -16,12 +23,15 @@ import hashlib
 import json
 import sqlite3
 import threading
+import zlib
 from pathlib import Path
+from typing import Any
 
 from memrl.llm.base import Content, ImagePart, LLMRequest, LLMResponse
 
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+_REQUESTS = "CREATE TABLE IF NOT EXISTS requests (key TEXT PRIMARY KEY, request BLOB NOT NULL)"
 
 
 def _key_content(content: Content) -> object:
@@ -35,9 +45,10 @@ def _key_content(content: Content) -> object:
     ]
 
 
-def request_key(model_id: str, request: LLMRequest) -> str:
-    """Stable sha256 hex digest identifying one (model, request) answer."""
-    payload: dict[str, object] = {
+def request_payload(model_id: str, request: LLMRequest) -> dict[str, Any]:
+    """Everything of a request that can change its answer, as plain JSON (what the key
+    hashes, and what the prompt store keeps)."""
+    payload: dict[str, Any] = {
         "model": model_id,
         "messages": [[role, _key_content(content)] for role, content in request.messages],
         "max_tokens": request.max_tokens,
@@ -50,8 +61,17 @@ def request_key(model_id: str, request: LLMRequest) -> str:
         payload["sample_id"] = request.sample_id
     if request.response_format is not None:
         payload["response_format"] = request.response_format
+    return payload
+
+
+def payload_key(payload: dict[str, Any]) -> str:
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def request_key(model_id: str, request: LLMRequest) -> str:
+    """Stable sha256 hex digest identifying one (model, request) answer."""
+    return payload_key(request_payload(model_id, request))
 
 
 class ResponseCache:
@@ -67,7 +87,9 @@ class ResponseCache:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute(_SCHEMA)
+            self._conn.execute(_REQUESTS)
             self._conn.commit()
+        self._stored: set[str] = set()  # keys whose request this process knows is stored
 
     def get(self, key: str) -> LLMResponse | None:
         with self._lock:
@@ -100,6 +122,35 @@ class ResponseCache:
                 "INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", (key, value)
             )
             self._conn.commit()
+
+    # ------------------------------------------------------------------ the prompt store
+    def put_request(self, key: str, payload: dict[str, Any]) -> None:
+        """Keep the request behind `key` (once; a request already stored is left alone)."""
+        if key in self._stored:
+            return
+        blob = zlib.compress(json.dumps(payload, ensure_ascii=False, sort_keys=True).encode("utf-8"))
+        with self._lock:
+            if self._conn.execute("SELECT 1 FROM requests WHERE key = ?", (key,)).fetchone() is None:
+                self._conn.execute("INSERT OR IGNORE INTO requests (key, request) VALUES (?, ?)",
+                                   (key, blob))
+                self._conn.commit()
+            self._stored.add(key)
+
+    def get_request(self, key: str) -> dict[str, Any] | None:
+        """The request payload stored for `key` (model, messages, sampling), or None."""
+        with self._lock:
+            row = self._conn.execute("SELECT request FROM requests WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(zlib.decompress(row[0]).decode("utf-8"))
+
+    def lookup(self, key: str) -> dict[str, Any]:
+        """What the cache knows of one model call: {"key", "request" (or None), "response"
+        (text, tokens, cost, model; or None)}."""
+        resp = self.get(key)
+        return {"key": key, "request": self.get_request(key),
+                "response": None if resp is None else {
+                    "text": resp.text, "prompt_tokens": resp.prompt_tokens,
+                    "completion_tokens": resp.completion_tokens, "cost_usd": resp.cost_usd,
+                    "model": resp.model}}
 
     def __len__(self) -> int:
         with self._lock:

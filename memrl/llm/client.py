@@ -7,7 +7,8 @@ Interface contract:
     resp = client.complete(LLMRequest(...))   # cached, retried, counted
     ep = client.episode(sample_prefix="seed0/e1/task-id", seed=123)
     text = ep.complete("prompt text" or [(role, content), ...], purpose="act", stop=("\\n",))
-    ep.meter -> UsageMeter for this episode; client.totals() -> dict for the run card
+    ep.meter -> UsageMeter for this episode (each call's purpose and cache key in
+                `model_calls`); client.totals() -> dict for the run card
 
 Every failure of the backend (after retries for transient errors, at once for the others)
 surfaces as `LLMError`, with the backend's exception as `__cause__`. Waits between tries grow
@@ -46,7 +47,7 @@ from memrl.llm.base import (
     as_content,
     has_images,
 )
-from memrl.llm.cache import ResponseCache, request_key
+from memrl.llm.cache import ResponseCache, payload_key, request_payload
 
 # Exception class names (litellm's, and the openai SDK's they derive from) worth retrying.
 _TRANSIENT_NAMES = frozenset(
@@ -162,19 +163,28 @@ class LLMClient:
         return bool(getattr(self.backend, "supports_images", False))
 
     # -- one request --------------------------------------------------------------------
+    def key(self, request: LLMRequest) -> str:
+        """The request's cache key (memrl.llm.cache.request_key for this backend's model)."""
+        return payload_key(request_payload(self.backend.model_id, request))
+
     def complete(self, request: LLMRequest) -> LLMResponse:
+        """The answer (cached, retried, counted); `resp.key` is the request's cache key. The
+        request itself is kept in the cache's prompt store before the model is asked."""
         if has_images(request.messages) and not self.supports_images:
             raise UnsupportedContentError(
                 f"{self.backend.model_id} takes text only, and this request holds an image; "
                 "use a model that takes images (for an API model whose capability litellm does "
                 "not know, set `vision: true` in its llm config) or keep image tasks out")
-        key = request_key(self.backend.model_id, request)
+        payload = request_payload(self.backend.model_id, request)
+        key = payload_key(payload)
         if self.cache is not None:
+            self.cache.put_request(key, payload)
             hit = self.cache.get(key)
             if hit is not None:
                 with self._lock:
                     self._totals["requests"] += 1
                     self._totals["cache_hits"] += 1
+                hit.key = key
                 return hit
         try:
             resp = self._call_with_retries(request, key)
@@ -185,6 +195,7 @@ class LLMClient:
             raise LLMError(f"{self.backend.model_id}: {type(exc).__name__}: {exc}") from exc
         resp.cached = False
         resp.model = resp.model or self.backend.model_id
+        resp.key = key
         if self.cache is not None:
             self.cache.put(key, resp)
         with self._lock:
@@ -308,8 +319,8 @@ class EpisodeLLM:
             resp = self.client.complete(request)
         except LLMError as exc:
             with self._lock:
-                self.meter.errors.append(f"{purpose}: {exc}")
+                self.meter.add_failure(purpose, self.client.key(request), str(exc))
             raise
         with self._lock:
-            self.meter.add(resp)
+            self.meter.add(resp, purpose)
         return resp.text
