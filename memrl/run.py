@@ -75,6 +75,7 @@ def execute(cfg: DictConfig, run_dir: Path | RunDir) -> dict[str, Any]:
     try:
         runner.run(tasks, eval_tasks)
         status = FINISHED
+        metrics = write_metrics(rd, plots=True)  # before the logger ends: it logs the plots
     finally:
         gc.unfreeze()  # a multirun's next job in this process may collect this one's objects
         card.end_session(session, status, llm=objs.llm.totals() if objs.llm else {},
@@ -84,7 +85,7 @@ def execute(cfg: DictConfig, run_dir: Path | RunDir) -> dict[str, Any]:
         if objs.eval_env is not None:
             objs.eval_env.close()
         objs.memory.close()
-    return write_metrics(rd, plots=True)
+    return metrics
 
 
 # an absolute path: the same search path whether this module is run (`python -m memrl.run`)

@@ -21,6 +21,8 @@ tools, tests) takes its paths from a `RunDir`, so a file name exists once. Layou
       run.log              Hydra's log of the job (the job is named after memrl/run.py)
       wandb/, wandb_run_id.txt   logger=wandb only
       report/              logger=wandb only: this run's report (figures logged as an artifact)
+      inspect/             `memrl export inspect` without --out: Inspect AI eval logs
+      view.html            `memrl view RUN` without --out: the run's page
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class RunDir:
     WANDB = "wandb"
     WANDB_RUN_ID = "wandb_run_id.txt"
     REPORT = "report"
+    INSPECT = "inspect"
+    VIEW = "view.html"
 
     def __init__(self, root: str | os.PathLike[str] | "RunDir") -> None:
         path = root.root if isinstance(root, RunDir) else Path(root)
@@ -147,6 +151,14 @@ class RunDir:
     @property
     def report(self) -> Path:
         return self.root / self.REPORT
+
+    @property
+    def inspect(self) -> Path:
+        return self.root / self.INSPECT
+
+    @property
+    def view(self) -> Path:
+        return self.root / self.VIEW
 
     # ------------------------------------------------------------------ finding runs
     def is_run(self) -> bool:

@@ -143,3 +143,19 @@ def test_old_run_without_bank_log_is_not_covered(tmp_path):
     lines = rdb.bank_updates.read_text().splitlines()
     rdb.bank_updates.write_text("\n".join(lines[2:]) + "\n")
     assert not BankHistory.read(rdb).covers(iter_jsonl(rdb.episodes))
+
+
+def test_cache_prompt_shows_a_records_model_call(tmp_path, capsys):
+    from memrl.cache import LLM_CACHE
+    from memrl.cli.cache import main as cache_main
+
+    finish(tmp_path / "a", epochs=1, cache=ResponseCache(tmp_path / "c" / LLM_CACHE))
+    rec = read_episodes(RunDir(tmp_path / "a").episodes)[2]
+    key = rec.model_calls[0]["key"]
+    assert cache_main(["--dir", str(tmp_path / "c"), "prompt", key]) == 0
+    out = capsys.readouterr().out
+    assert rec.intent in out and "--- answer" in out and rec.transcript[0]["action"] in out
+    assert cache_main(["--dir", str(tmp_path / "c"), "prompt", key, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["request"]["model"] == "hash"
+    assert cache_main(["--dir", str(tmp_path / "c"), "prompt", "0" * 64]) == 2
+    assert "not in" in capsys.readouterr().err
