@@ -40,7 +40,7 @@ def test_export_reads_back_with_counts_and_fields(alfworld_sweep, tmp_path, caps
         card = json.loads(rd.card.read_text())
         method = card["config"]["memory"]["name"]
         mine = sorted(p for p in logs if f"_{method}_" in p.name)
-        assert [p.name[-11:] for p in mine] == ["epoch01.eval", "epoch02.eval"]
+        assert [p.name[-12:] for p in mine] == ["epoch01.eval", "epoch02.eval"]
         for epoch, path in enumerate(mine, 1):
             log = inspect_log.read_eval_log(str(path), resolve_attachments=True)
             assert log.status == "success" and log.eval.model == card["model"]

@@ -6,6 +6,7 @@ printed; set MEMRL_TEST_ARTIFACTS=DIR to keep a copy there)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -14,47 +15,40 @@ import pytest
 
 from memrl.cli import main as memrl_main
 from memrl.rundir import RunDir
+from memrl.testing import browser
 from memrl.view import write_page
 from memrl.view.page import SECTIONS
 from test_runner import finish
 
-CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
-
 
 def open_page(path: Path, screenshot: Path) -> dict:
     """Load the page in headless chromium; what the checks need, and a full-page screenshot."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    if not CHROMIUM.is_file():
-        pytest.skip(f"no browser at {CHROMIUM} (make system-deps installs Debian's chromium)")
+    why = browser.missing()
+    if why:
+        pytest.skip(why)
     seen: dict = {"errors": [], "requests": []}
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.on("console", lambda m: seen["errors"].append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: seen["errors"].append(str(e)))
-            page.on("request", lambda r: seen["requests"].append(r.url))
-            page.goto(path.resolve().as_uri())
-            page.wait_for_selector("#curves .main-svg", timeout=30_000)
-            seen["sections"] = [s for s in SECTIONS if page.locator(f"section#{s}").count() == 1]
-            divs = page.locator("div.plotly-graph-div")
-            seen["plots"] = divs.count()
-            seen["rendered"] = sum(divs.nth(i).locator(".main-svg").count() > 0
-                                   for i in range(divs.count()))
-            seen["legend"] = page.locator("#curves .legendtext").all_text_contents()
-            seen["traces"] = page.evaluate(
-                "() => [...document.querySelectorAll('div.plotly-graph-div')]"
-                ".map(d => [d.id, (d.data || []).length])")
-            seen["runs"] = page.locator("#task-run option").all_text_contents()
-            memrl = next(i for i, t in enumerate(seen["runs"]) if "/ memrl /" in t)
-            page.select_option("#task-run", str(memrl))
-            seen["memory_rows"] = page.locator("#task-table tr.memrow").count()
-            seen["effects"] = page.locator("#task-table .helped, #task-table .hurt").count()
-            page.screenshot(path=str(screenshot), full_page=True)
-        finally:
-            browser.close()
+    with browser.headless_browser() as b:
+        page = b.new_page(viewport={"width": 1400, "height": 1000})
+        page.on("console", lambda m: seen["errors"].append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: seen["errors"].append(str(e)))
+        page.on("request", lambda r: seen["requests"].append(r.url))
+        page.goto(path.resolve().as_uri())
+        page.wait_for_selector("#curves .main-svg", timeout=30_000)
+        seen["sections"] = [s for s in SECTIONS if page.locator(f"section#{s}").count() == 1]
+        divs = page.locator("div.plotly-graph-div")
+        seen["plots"] = divs.count()
+        seen["rendered"] = sum(divs.nth(i).locator(".main-svg").count() > 0
+                               for i in range(divs.count()))
+        seen["legend"] = page.locator("#curves .legendtext").all_text_contents()
+        seen["traces"] = page.evaluate(
+            "() => [...document.querySelectorAll('div.plotly-graph-div')]"
+            ".map(d => [d.id, (d.data || []).length])")
+        seen["runs"] = page.locator("#task-run option").all_text_contents()
+        memrl = next(i for i, t in enumerate(seen["runs"]) if "/ memrl /" in t)
+        page.select_option("#task-run", str(memrl))
+        seen["memory_rows"] = page.locator("#task-table tr.memrow").count()
+        seen["effects"] = page.locator("#task-table .helped, #task-table .hurt").count()
+        page.screenshot(path=str(screenshot), full_page=True)
     return seen
 
 
@@ -95,6 +89,8 @@ def test_page_of_a_run_without_bank_log_says_so(tmp_path):
     and says why (no browser needed)."""
     finish(tmp_path / "old", epochs=2)
     rd = RunDir(tmp_path / "old")
+    rd.card.write_text(json.dumps({"config": {"env": {"name": "coin"}, "memory": {"name": "memrl"},
+                                              "seed": 7}, "model": "hash", "status": "finished"}))
     rd.bank_updates.unlink()
     rd.memories.unlink()
     path = write_page([rd.root])

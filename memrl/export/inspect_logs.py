@@ -185,7 +185,8 @@ def _sample(rec: EpisodeRecord, *, texts: dict[str, dict[str, str]],
         scores={"success": Score(value=1.0 if rec.success else 0.0, answer=rec.outcome,
                                  explanation=rec.outcome_detail or rec.outcome)},
         metadata=meta, events=events, model_usage={model: usage} if model else {},
-        total_time=float(rec.duration_s or 0.0), error=error)
+        total_time=float(rec.duration_s or 0.0), working_time=float(rec.duration_s or 0.0),
+        error=error)
 
 
 def run_stem(rd: RunDir, ident: dict[str, str]) -> str:
@@ -200,6 +201,7 @@ def _log(ilog: Any, *, rd: RunDir, card: dict[str, Any], ident: dict[str, str], 
     from inspect_ai.model import ModelUsage
 
     created = _iso(card.get("created"))
+    sessions = [x for x in card.get("sessions") or [] if x.get("started")]
     model = ident["model"]
     config = card.get("config") or {}
     git = card.get("git") or {}
@@ -234,7 +236,8 @@ def _log(ilog: Any, *, rd: RunDir, card: dict[str, Any], ident: dict[str, str], 
         results=ilog.EvalResults(total_samples=len(samples), completed_samples=len(samples),
                                  scores=[ilog.EvalScore(name="success", scorer="success",
                                                         metrics=metrics)]),
-        stats=ilog.EvalStats(started_at=created, completed_at=created,
+        stats=ilog.EvalStats(started_at=_iso(sessions[0].get("started")) if sessions else created,
+                             completed_at=_iso(sessions[-1].get("ended")) if sessions else created,
                              model_usage={model: usage} if model else {}),
         samples=samples)
 

@@ -96,8 +96,8 @@ def plot_curves(groups: Sequence[Group], env: str, path: Path) -> Path:
     for ax, name in zip(axes, ("SR", "CSR")):
         ax.set_xlabel("epoch")
         ax.set_ylabel(name)
-        ax.set_title(f"{env}: {name} per epoch, {n} tasks\n{runs_of(groups)}; "
-                     "mean, shaded 95% interval [legend: which]", fontsize=8)
+        ax.set_title(f"{env}: {name} per epoch, {n} tasks\n{runs_of(groups)}\n"
+                     "mean; shaded: 95% interval, its kind in the legend", fontsize=8)
         _rate_axis(ax)
     axes[1].legend(fontsize=7)
     return _save(fig, path)
@@ -113,8 +113,8 @@ def plot_forgetting(groups: Sequence[Group], env: str, path: Path) -> Path:
         _band(ax, np.arange(2, len(band.mean) + 2), band, method_style(i), g.label)
     ax.set_xlabel("epoch")
     ax.set_ylabel("forgetting rate")
-    ax.set_title(f"{env}: forgetting rate (epochs ≥ 2)\n{runs_of(groups)}; "
-                 "mean, shaded 95% interval [legend: which]", fontsize=8)
+    ax.set_title(f"{env}: forgetting rate (epochs ≥ 2)\n{runs_of(groups)}\n"
+                 "mean; shaded: 95% interval, its kind in the legend", fontsize=8)
     _rate_axis(ax)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)

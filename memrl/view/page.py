@@ -14,7 +14,8 @@ Sections (each an element with the id given):
 - `task-memories`: for a chosen task, the memories its episodes wrote and the episodes each
   one was injected into, helped (the episode succeeded) or hurt (it failed).
 
-Each method keeps one colour and marker on every chart; seeds of a method differ by dash.
+Each method keeps one colour, marker and dash on every chart (lines that coincide stay
+apart); a method's further seeds are drawn thinner.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def _styles(runs: Sequence[RunView]) -> list[dict[str, Any]]:
         k = seen.get(r.method, 0)
         seen[r.method] = k + 1
         out.append({"color": COLORS[m % len(COLORS)], "symbol": MARKERS[m % len(MARKERS)],
-                    "dash": DASHES[k % len(DASHES)]})
+                    "dash": DASHES[m % len(DASHES)], "width": 2.5 if k == 0 else 1.2})
     return out
 
 
@@ -125,7 +126,7 @@ def _curves(runs: Sequence[RunView], styles: list[dict[str, Any]]) -> str:
             fig.add_trace(go.Scatter(
                 x=list(range(start, start + len(ys))), y=ys, mode="lines+markers", name=name,
                 legendgroup=name, showlegend=col == 1,
-                line={"color": st["color"], "dash": st["dash"]},
+                line={"color": st["color"], "dash": st["dash"], "width": st["width"]},
                 marker={"symbol": st["symbol"], "size": 9}), row=1, col=col)
     fig.update_xaxes(title_text="epoch", dtick=1)
     fig.update_yaxes(range=[-0.03, 1.03])
@@ -147,7 +148,7 @@ def _bank_size(runs: Sequence[RunView], styles: list[dict[str, Any]]) -> str:
             continue
         fig.add_trace(go.Scatter(x=[x for x, _ in pts], y=[s for _, s in pts], mode="lines+markers",
                                  name=_short_label(r, runs),
-                                 line={"color": st["color"], "dash": st["dash"], "shape": "hv"},
+                                 line={"color": st["color"], "dash": st["dash"], "width": st["width"], "shape": "hv"},
                                  marker={"symbol": st["symbol"], "size": 6}))
     fig.update_layout(title="entries in the memory bank after each commit",
                       xaxis={"title": "epoch (commits spread over each epoch)", "dtick": 1},
