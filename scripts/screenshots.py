@@ -4,7 +4,8 @@ taken with headless chromium (memrl/testing/browser.py).
 
     python scripts/screenshots.py SWEEP_DIR --out results/<name> [--cache FILE]
 
-Writes into OUT: memrl_view.png (the whole page), inspect_view_log.png (one epoch's log:
+Writes into OUT: memrl_view.png (the whole page), inspect_view_logs.png (the list of every
+run's epoch logs), inspect_view_log.png (one epoch's log:
 its samples with score and outcome), and for one episode: inspect_view_sample_transcript.png
 (every model call with its prompt and answer), inspect_view_sample_messages.png (the episode
 as messages: the task with the injected memories' texts, then actions and observations) and
@@ -51,16 +52,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--cache", type=Path, default=None, help="the response cache (prompts)")
     args = ap.parse_args(argv)
-    from memrl.export import main as export_main
-    from memrl.testing.browser import headless_browser, missing
-    from memrl.view import write_page
+    from memrl.testing.browser import missing
 
     why = missing()
     if why:
         print(f"screenshots: {why}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="memrl_shots_"))
+    with tempfile.TemporaryDirectory(prefix="memrl_shots_") as tmp:
+        shoot(args, Path(tmp))
+    for p in sorted(args.out.glob("*.png")):
+        print(p)
+    return 0
+
+
+def shoot(args: argparse.Namespace, tmp: Path) -> None:
+    from memrl.export import main as export_main
+    from memrl.testing.browser import headless_browser
+    from memrl.view import write_page
+
     page_file = write_page([args.sweep], tmp / "sweep.html")
     logs = tmp / "inspect_logs"
     export_main(["inspect", str(args.sweep), "--out", str(logs)]
@@ -81,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
             page.screenshot(path=str(args.out / "memrl_view.png"), full_page=True)
 
             wait_http(f"http://127.0.0.1:{port}/")
+            # every log of the sweep: one per run and epoch
+            page.goto(f"http://127.0.0.1:{port}/#/logs/")
+            page.get_by_text("epoch01.eval", exact=False).first.wait_for(timeout=30_000)
+            time.sleep(2)
+            page.screenshot(path=str(args.out / "inspect_view_logs.png"))
             # the log of MemRL's last epoch: its samples (episodes)
             last = sorted(p.name for p in logs.glob("*_memrl_*epoch*.eval"))[-1]
             page.goto(f"http://127.0.0.1:{port}/#/logs/{last}")
@@ -107,9 +122,6 @@ def main(argv: list[str] | None = None) -> int:
             server.wait(timeout=10)
         except subprocess.TimeoutExpired:
             server.kill()
-    for p in sorted(args.out.glob("*.png")):
-        print(p)
-    return 0
 
 
 if __name__ == "__main__":

@@ -84,3 +84,35 @@ def test_export_reads_back_with_counts_and_fields(alfworld_sweep, tmp_path, caps
 def test_export_without_runs_is_a_user_error(tmp_path, capsys):
     assert memrl_main(["export", "inspect", str(tmp_path)]) == 2
     assert "no run directory" in capsys.readouterr().err
+
+
+def test_transfer_run_gets_one_log_per_evaluation(tmp_path):
+    """A transfer run: training logs and one log per held-out evaluation; the memories'
+    texts resolve in both; without the response cache the samples say how many calls they
+    could not show."""
+    from memrl.export.inspect_logs import export_run
+    from memrl.records import Task
+    from test_runner import make_runner
+
+    runner, env, _, _ = make_runner(tmp_path / "run", epochs=2, batch_size=2)
+    held_out = [Task(f"v{i}", f"stack the red block number {i} on the table") for i in range(3)]
+    runner.run(env.tasks(), held_out)
+    rd = RunDir(tmp_path / "run")
+    rd.card.write_text(json.dumps({"config": {"env": {"name": "coin"}, "memory": {"name": "memrl"},
+                                              "seed": 7}, "model": "hash", "n_tasks": 5,
+                                   "created": "2026-01-02T03:04:05+0000"}))
+    paths = export_run(rd, tmp_path / "logs")
+    assert [p.name.rsplit("_", 1)[1] for p in paths] == ["epoch01.eval", "epoch02.eval",
+                                                         "eval01.eval", "eval02.eval"]
+    ev = inspect_log.read_eval_log(str(paths[3]))
+    evals = [r for r in read_episodes(rd.eval_episodes) if r.epoch == 2]
+    assert ev.eval.task == "coin/memrl (transfer eval)" and len(ev.samples) == 3
+    assert ev.results.scores[0].metrics["accuracy"].value == pytest.approx(
+        sum(r.success for r in evals) / 3)
+    assert ev.eval.created.startswith("2026-01-02T03:04:05")
+    texts = read_texts(rd.memories)
+    shown = [m for s in ev.samples for m in s.metadata["injected"]]
+    assert shown and all(m["experience"] == texts[r["text"]]["experience"]
+                         for s, rec in zip(ev.samples, sorted(evals, key=lambda r: (r.batch, r.task_id)))
+                         for m, r in zip(s.metadata["injected"], rec.injected))
+    assert all(s.events == [] and s.metadata["model_calls_not_in_cache"] == 1 for s in ev.samples)

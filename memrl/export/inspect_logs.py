@@ -217,7 +217,8 @@ def _log(ilog: Any, *, rd: RunDir, card: dict[str, Any], ident: dict[str, str], 
         metrics["csr"] = ilog.EvalMetric(name="csr", value=csr)
     spec = ilog.EvalSpec(
         eval_id=_short(f"{rd.root.resolve()}/{phase}/{epoch}"), run_id=_short(str(rd.root.resolve())),
-        created=created, task=task, task_id=_short(f"{rd.root.resolve()}/{phase}"),
+        # one task id per log: Inspect takes logs of one task id for retries of each other
+        created=created, task=task, task_id=_short(f"{rd.root.resolve()}/{phase}/{epoch}"),
         task_display_name=f"{task} · epoch {epoch}",
         dataset=ilog.EvalDataset(name=ident["env"], samples=len(samples),
                                  sample_ids=[s.id for s in samples]),
