@@ -99,3 +99,24 @@ def test_page_of_a_run_without_bank_log_says_so(tmp_path):
     assert "predates bank_updates.jsonl" in html and 'id="grid-0"' in html
     assert 'id="q-distribution-plot"' not in html and "no bank Q recorded" in html
     assert memrl_main(["view", str(tmp_path / "nothing-here")]) == 2
+
+
+def test_a_parameter_sweep_gets_one_series_per_setting(tmp_path):
+    """Runs of one method that differ by a swept key (λ) and by seed: one colour / marker /
+    dash per λ, seeds of a λ share them, and the legend names λ and the seed."""
+    from memrl.banklog import BankHistory
+    from memrl.view.data import RunView
+    from memrl.view.page import _styles
+
+    def run(lam: float, seed: int) -> RunView:
+        config = {"env": {"name": "coin"}, "memory": {"name": "memrl", "lam": lam, "alpha": 0.3},
+                  "runner": {"progress": seed == 0}, "seed": seed}
+        ident = {"env": "coin", "method": "memrl", "model": "hash", "seed": str(seed)}
+        return RunView(rd=RunDir(tmp_path / f"{lam}-{seed}"), ident=ident, status="finished",
+                       records=[], history=BankHistory(), texts={}, config=config)
+
+    styles = _styles([run(0.0, 0), run(0.0, 1), run(1.0, 0)])
+    assert [s["name"] for s in styles] == ["memrl (lam=0.0) seed 0", "memrl (lam=0.0) seed 1",
+                                           "memrl (lam=1.0) seed 0"]
+    look = [(s["color"], s["symbol"], s["dash"]) for s in styles]
+    assert look[0] == look[1] != look[2] and styles[0]["width"] > styles[1]["width"]

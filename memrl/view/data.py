@@ -10,6 +10,7 @@ import json
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ class RunView:
     records: list[EpisodeRecord]
     history: BankHistory
     texts: dict[str, dict[str, str]]
+    config: dict[str, Any] = field(default_factory=dict)
     task_ids: list[str] = field(default_factory=list)
     epochs: list[int] = field(default_factory=list)
     S: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
@@ -42,7 +44,8 @@ class RunView:
         records = read_episodes(rd.episodes)
         view = cls(rd=rd, ident=identity(card.get("config") or {}, card.get("model")),
                    status=str(card.get("status") or "?"), records=records,
-                   history=BankHistory.read(rd), texts=read_texts(rd.memories))
+                   history=BankHistory.read(rd), texts=read_texts(rd.memories),
+                   config=card.get("config") or {})
         if records:
             view.task_ids, view.epochs, view.S = success_matrix(records, allow_missing=True)
         return view
@@ -90,9 +93,10 @@ class RunView:
     # ------------------------------------------------------------------ the bank
     def x_of(self, epoch: int, batch: int) -> float:
         """A commit's place on a continuous epoch axis: epoch e's batches spread over (e-1, e]."""
-        n = self.batches_per_epoch()
+        n = self.batches_per_epoch
         return (epoch - 1) + (batch + 1) / n
 
+    @cached_property
     def batches_per_epoch(self) -> int:
         per: Counter[int] = Counter()
         for e, _ in {(int(r.epoch), int(r.batch)) for r in self.records}:

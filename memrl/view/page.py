@@ -14,8 +14,9 @@ Sections (each an element with the id given):
 - `task-memories`: for a chosen task, the memories its episodes wrote and the episodes each
   one was injected into, helped (the episode succeeded) or hurt (it failed).
 
-Each method keeps one colour, marker and dash on every chart (lines that coincide stay
-apart); a method's further seeds are drawn thinner.
+Each series (a method, or in a parameter sweep a method's setting, e.g. `lam=0.5`) keeps one
+colour, marker and dash on every chart, so lines that coincide stay apart; its further seeds
+are drawn thinner.
 """
 
 from __future__ import annotations
@@ -36,26 +37,41 @@ SECTIONS = ("summary", "success-grid", "curves", "bank-size", "q-trajectories", 
             "q-calibration", "task-memories")
 
 
-def _styles(runs: Sequence[RunView]) -> list[dict[str, Any]]:
-    methods = list(dict.fromkeys(r.method for r in runs))
-    seen: dict[str, int] = {}
+def _labels(runs: Sequence[RunView]) -> list[tuple[str, str]]:
+    """(series, seed) per run: the series is the method with every config key that differs
+    between that method's runs and changes results, named as the report names its rows
+    (memrl.report.grouping: e.g. `memrl (lam=0.5)` in a λ sweep), then model and env where
+    those differ; the seed where seeds differ."""
+    from memrl.report.grouping import comparable_config, flatten, series_label, swept_keys
+
+    swept = {m: swept_keys([r.config for r in runs if r.method == m]) for m in {r.method for r in runs}}
     out = []
     for r in runs:
-        m = methods.index(r.method)
-        k = seen.get(r.method, 0)
-        seen[r.method] = k + 1
-        out.append({"color": COLORS[m % len(COLORS)], "symbol": MARKERS[m % len(MARKERS)],
-                    "dash": DASHES[m % len(DASHES)], "width": 2.5 if k == 0 else 1.2})
+        flat = flatten(comparable_config(r.config))
+        parts = [series_label(r.method, [(k, flat.get(k)) for k in swept[r.method]])]
+        for key in ("model", "env"):
+            if len({x.ident[key] for x in runs}) > 1:
+                parts.append(r.ident[key])
+        seed = f"seed {r.ident['seed']}" if len({x.ident["seed"] for x in runs}) > 1 else ""
+        out.append((" ".join(parts), seed))
     return out
 
 
-def _short_label(r: RunView, runs: Sequence[RunView]) -> str:
-    """The shortest label that tells the runs apart (method; + seed / model / env if needed)."""
-    parts = ["method"]
-    for key in ("seed", "model", "env"):
-        if len({x.ident[key] for x in runs}) > 1:
-            parts.append(key)
-    return " ".join((f"seed {r.ident[k]}" if k == "seed" else r.ident[k]) for k in parts)
+def _styles(runs: Sequence[RunView]) -> list[dict[str, Any]]:
+    """One colour, marker and dash per series (a method, or a method's swept setting); the
+    seeds of a series share them, the first drawn thicker. `name` is the legend entry."""
+    labels = _labels(runs)
+    series = list(dict.fromkeys(lab for lab, _ in labels))
+    seen: dict[str, int] = {}
+    out = []
+    for lab, seed in labels:
+        m = series.index(lab)
+        k = seen.get(lab, 0)
+        seen[lab] = k + 1
+        out.append({"color": COLORS[m % len(COLORS)], "symbol": MARKERS[m % len(MARKERS)],
+                    "dash": DASHES[m % len(DASHES)], "width": 2.5 if k == 0 else 1.2,
+                    "name": f"{lab} {seed}".strip()})
+    return out
 
 
 def _div(fig: Any, div_id: str, height: int) -> str:
@@ -120,7 +136,7 @@ def _curves(runs: Sequence[RunView], styles: list[dict[str, Any]]) -> str:
                                                         "forgetting rate (epochs ≥ 2)"))
     for r, st in zip(runs, styles):
         c = r.curves()
-        name = _short_label(r, runs)
+        name = st["name"]
         for col, (key, start) in enumerate((("sr", 1), ("csr", 1), ("forgetting", 2)), 1):
             ys = c[key]
             fig.add_trace(go.Scatter(
@@ -147,7 +163,7 @@ def _bank_size(runs: Sequence[RunView], styles: list[dict[str, Any]]) -> str:
             missing.append(r.label)
             continue
         fig.add_trace(go.Scatter(x=[x for x, _ in pts], y=[s for _, s in pts], mode="lines+markers",
-                                 name=_short_label(r, runs),
+                                 name=st["name"],
                                  line={"color": st["color"], "dash": st["dash"], "width": st["width"], "shape": "hv"},
                                  marker={"symbol": st["symbol"], "size": 6}))
     fig.update_layout(title="entries in the memory bank after each commit",
@@ -191,7 +207,7 @@ def _q_distribution(runs: Sequence[RunView], styles: list[dict[str, Any]]) -> st
         if not ys:
             continue
         any_q = True
-        fig.add_trace(go.Box(x=xs, y=ys, name=_short_label(r, runs), marker_color=st["color"],
+        fig.add_trace(go.Box(x=xs, y=ys, name=st["name"], marker_color=st["color"],
                              boxpoints="all", jitter=0.4, pointpos=0))
     fig.update_layout(title="Q of every memory in the bank at the end of each epoch",
                       boxmode="group", xaxis={"title": "epoch", "dtick": 1}, yaxis={"title": "Q"})
@@ -211,7 +227,7 @@ def _calibration(runs: Sequence[RunView], styles: list[dict[str, Any]]) -> str:
         x = [(b["q_lo"] + b["q_hi"]) / 2 for b in rows]
         y = [b["success_rate"] for b in rows]
         fig.add_trace(go.Scatter(
-            x=x, y=y, mode="lines+markers+text", name=_short_label(r, runs),
+            x=x, y=y, mode="lines+markers+text", name=st["name"],
             text=[f"n={b['n_episodes']}" for b in rows], textposition="top right",
             line={"color": st["color"], "dash": st["dash"]}, marker={"symbol": st["symbol"], "size": 9},
             error_y={"type": "data", "symmetric": False,
