@@ -203,20 +203,25 @@ def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
             raise ValueError(f"{path}:{i + 1}: not valid JSON ({exc})") from exc
 
 
-def keep_committed(path: str | Path, committed: Callable[[int, int], bool]) -> None:
-    """Rewrite a JSONL file of per-batch rows (episode records, bank-update lines) keeping
-    only the rows whose (epoch, batch) is `committed` (drops a torn or orphaned append)."""
+def rewrite_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Replace a JSONL file by `rows` (atomic: a temp file, fsync, rename)."""
     path = Path(path)
-    if not path.exists():
-        return
-    keep = [r for r in iter_jsonl(path) if committed(int(r["epoch"]), int(r["batch"]))]
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        for r in keep:
+        for r in rows:
             fh.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def keep_committed(path: str | Path, committed: Callable[[int, int], bool]) -> None:
+    """Rewrite a JSONL file of per-batch rows (bank-update lines) keeping only the rows whose
+    (epoch, batch) is `committed` (drops a torn or orphaned append)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    rewrite_jsonl(path, [r for r in iter_jsonl(path) if committed(int(r["epoch"]), int(r["batch"]))])
 
 
 def read_episodes(path: str | Path) -> list[EpisodeRecord]:

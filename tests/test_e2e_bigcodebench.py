@@ -81,3 +81,6 @@ def test_canonical_oracle_through_the_command_line(tmp_path):
     assert json.loads(RunDir(run_dir).metrics.read_text())["sr"] == [1.0]
     card = json.loads(RunDir(run_dir).card.read_text())
     assert card["model"] is None
+    sandbox = card["sessions"][-1]["sandbox"]  # what the sandboxes held, or why not
+    assert sandbox["mode"].startswith("host-root") and sandbox["parallel"]["granted"] >= 1
+    assert all((cap in sandbox["enforced"]) != (cap in sandbox["missing"]) for cap in ("memory", "pids", "disk"))

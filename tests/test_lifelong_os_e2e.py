@@ -72,3 +72,6 @@ def test_memrl_on_os_tasks_two_epochs(tmp_path, rootfs):
     card = json.loads(RunDir(run_dir).card.read_text())
     assert card["status"] == "finished" and card["model"].startswith("local/") and card["data_fingerprint"]
     assert card["config"]["env"]["name"] == "lifelong_os"
+    sandbox = card["sessions"][-1]["sandbox"]  # what the episodes' sandboxes held, or why not
+    assert sandbox["mode"].startswith("root file system") and "/proc/sys" in sandbox["kernel_interfaces"]["read_only"]
+    assert all((cap in sandbox["enforced"]) != (cap in sandbox["missing"]) for cap in ("memory", "pids", "disk"))

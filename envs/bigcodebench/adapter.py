@@ -7,10 +7,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from memrl.config import ConfigError
 from memrl.llm.base import LLMError
 from memrl.records import EpisodeResult, RetrievedMemory, Step, Task
 from memrl_envs.base import Env, Policy
-from memrl_envs.sandbox import SandboxError
+from memrl_envs.sandbox import SandboxError, SandboxFitError
 
 from . import loader
 from .executor import Executor, imported_modules, required_modules
@@ -60,9 +61,12 @@ class BigCodeBenchEnv(Env):
     validation, the seeded 7:3 division kept in a split file, | all; a transfer run's
     eval_split replaces `part`), split_seed / train_ratio / split_file, max_tasks / task_ids
     (numeric task order), max_tokens (of the code reply), time_limit_s / memory_mb / nproc
-    (the checker's per-task limit and the sandbox's), calibrated (the code prompt in front of
+    (the checker's per-task limit, each process's address space, the pids cgroup),
+    sandbox_memory_mb / disk_mb / tmp_mb (caps on one whole sandbox: its memory cgroup with its
+    tmpfs folders, its work folder, each of /tmp and /dev/shm), calibrated (the code prompt in front of
     the solution, as bigcodebench's calibrated evaluation), max_parallel (sandboxes at once;
-    default the CPU count), cache_dir.
+    default the CPU count; lowered at start to what fits the machine at the caps, see
+    `sandbox_facts()`), cache_dir.
     Agents: "react" (an LLM writes the code) or "canonical" (the task's own solution).
     `executor`: another checker (tests).
     """
@@ -75,15 +79,28 @@ class BigCodeBenchEnv(Env):
                  executor: Executor | None = None) -> None:
         super().__init__(settings, agent=agent)
         self.cache_dir = Path(settings.cache_dir).expanduser() if settings.cache_dir is not None else None
-        self.executor = executor or Executor(time_limit_s=settings.time_limit_s, memory_mb=settings.memory_mb,
-                                             nproc=settings.nproc, cache_dir=self.cache_dir,
-                                             max_parallel=settings.max_parallel)
+        try:
+            self.executor = executor or Executor(
+                time_limit_s=settings.time_limit_s, memory_mb=settings.memory_mb, nproc=settings.nproc,
+                cache_dir=self.cache_dir, max_parallel=settings.max_parallel,
+                sandbox_memory_mb=settings.sandbox_memory_mb, disk_mb=settings.disk_mb,
+                tmp_mb=settings.tmp_mb)
+        except SandboxFitError as exc:
+            raise ConfigError(f"env.max_parallel / sandbox caps: {exc}") from exc
         # how many episodes may usefully run at once (one sandbox each); a runner without an
         # LLM to size its thread pool by reads it
-        self.parallel_episodes = settings.max_parallel or os.cpu_count() or 1
+        self.parallel_episodes = (getattr(self.executor, "parallel", None) or settings.max_parallel
+                                  or os.cpu_count() or 1)
         self.skipped_rows: list[str] = []
         self.split_path: Path | None = None
         self._problems: dict[str, loader.BCBProblem] = {}
+
+    def data_skipped(self) -> list[dict[str, str]]:
+        out = []
+        for line in self.skipped_rows:  # "<where>: <reason>"
+            where, _, reason = line.partition(": ")
+            out.append({"item": where, "reason": reason or line})
+        return out
 
     # -- tasks -----------------------------------------------------------------------
     def _list_tasks(self) -> list[Task]:
@@ -180,6 +197,11 @@ class BigCodeBenchEnv(Env):
             return Outcome("env_error", f"no sandbox: {exc}"[:300])
         info["exec_s"] = check.wall_s
         return classify(check, self.executor.time_limit_s, imported_modules(code))
+
+    def sandbox_facts(self) -> dict:
+        """The sandboxes' mode, caps (enforced and missing), parallelism: for the run card."""
+        facts = getattr(self.executor, "facts", None)
+        return facts() if facts is not None else {"mode": f"a stand-in executor ({type(self.executor).__name__})"}
 
     def close(self) -> None:
         """Nothing persistent to release (each check's sandbox is gone when it returns)."""

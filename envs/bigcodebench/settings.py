@@ -32,10 +32,16 @@ class BigCodeBenchSettings(EnvSettings):
     max_tokens: int = Field(1280, ge=1, description="tokens of the code reply (bigcodebench's default)")
     # execution (bigcodebench's checker inside the sandbox)
     time_limit_s: float = Field(240.0, gt=0, description="per-task test time (the benchmark's 240 s)")
-    memory_mb: int = Field(4096, ge=256, description="address-space limit of the sandbox")
-    nproc: int = Field(256, ge=8, description="processes+threads the sandbox may hold")
+    memory_mb: int = Field(4096, ge=256, description="address-space limit of each process in the sandbox")
+    nproc: int = Field(256, ge=8, description="processes+threads the sandbox may hold (its pids cgroup)")
+    sandbox_memory_mb: int | None = Field(4096, ge=256, description="memory cgroup of one whole sandbox "
+                                          "(its tmpfs folders count); null = no cap")
+    disk_mb: int | None = Field(1024, ge=16, description="the sandbox's work folder (tmpfs); "
+                                "null = a host folder, uncapped")
+    tmp_mb: int | None = Field(256, ge=16, description="size of each of the sandbox's /tmp and /dev/shm (tmpfs)")
     calibrated: bool = Field(True, description="prepend the code prompt, as bigcodebench's calibrated eval")
-    max_parallel: int | None = no_effect(None, ge=1, description="sandboxes at once; null = CPU count")
+    max_parallel: int | None = no_effect(None, ge=1, description="sandboxes at once; null = CPU count; "
+                                         "lowered at start to what fits the machine at the caps")
     cache_dir: str | None = no_effect(None)
 
     @model_validator(mode="after")
@@ -46,4 +52,8 @@ class BigCodeBenchSettings(EnvSettings):
             path = Path(self.split_file).expanduser()
             if path.exists() and not path.is_file():
                 raise ValueError(f"split_file: {self.split_file} is not a file")
+        tmpfs = (self.disk_mb or 0) + 2 * (self.tmp_mb or 0)
+        if self.sandbox_memory_mb is not None and self.sandbox_memory_mb <= tmpfs:
+            raise ValueError(f"sandbox_memory_mb ({self.sandbox_memory_mb}) must exceed disk_mb + 2 x tmp_mb "
+                             f"({tmpfs}): the sandbox's tmpfs folders are held in memory and count against it")
         return self

@@ -3,13 +3,16 @@ root file system (see os_shell); an LLM agent ("react") or the ground-truth orac
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from pathlib import Path
 from typing import Callable
 
+from memrl.config import ConfigError
 from memrl.records import EpisodeResult
 from memrl_envs.base import Env
+from memrl_envs.sandbox import SandboxFitError
 
 from . import loader
 from .os_data import LITERAL_FIELDS, check_row, task_from_row
@@ -17,7 +20,7 @@ from .os_episode import SHARED, Actor, GoldPolicy, LLMPolicy, OsTask, play
 from . import os_rootfs
 from .os_rootfs import RootfsError, ensure_rootfs
 from .os_settings import LifelongOsSettings
-from .os_shell import OverlayShell, Shell, ShellError
+from .os_shell import OverlayShell, Shell, ShellError, overlay_facts
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +32,10 @@ class LifelongOsEnv(loader.TaskListing, Env):
     benchmark's OS JSON keyed by sample index, or ``hf://<repo>/<config>``), split (all |
     train | validation, from the split file), max_steps (turns: commands, unreadable replies
     and finish), rootfs_dir / build_rootfs (the cached root file system, `os_rootfs`; built
-    on first use only when build_rootfs), scratch_dir / upper_size_mb / pids_max / workdir
-    (the episode's sandbox, `OverlayShell`), command_timeout_s (per command, set-up and check
+    on first use only when build_rootfs), scratch_dir / upper_size_mb / pids_max / memory_mb /
+    workdir (the episode's sandbox, `OverlayShell`: its disk (tmpfs), process and memory caps),
+    max_parallel (episode sandboxes at once; null: as many as fit the machine at the caps, a
+    larger number is lowered to that at start and `sandbox_facts()` says why), command_timeout_s (per command, set-up and check
     included), observation_max_chars (output shown to the agent per command).
     Agents: "react" (an LLM) or "gold" (runs the ground-truth script; no LLM).
     `shell_factory`: for tests and other backends, ``f(rootfs_path) -> Shell``.
@@ -52,6 +57,8 @@ class LifelongOsEnv(loader.TaskListing, Env):
         self._tasks: dict[str, OsTask] | None = None
         self._rootfs: Path | None = None
         self._lock = threading.Lock()
+        self._facts: dict | None = None
+        self._slots: threading.BoundedSemaphore | None = None
 
     # -- tasks -------------------------------------------------------------------------
     # -- the system --------------------------------------------------------------------
@@ -70,8 +77,26 @@ class LifelongOsEnv(loader.TaskListing, Env):
     def _overlay_shell(self, rootfs: Path) -> Shell:
         s = self.s
         return OverlayShell(rootfs, scratch_dir=s.scratch_dir, upper_size_mb=s.upper_size_mb,
-                            workdir=s.workdir, pids_max=s.pids_max,
+                            workdir=s.workdir, pids_max=s.pids_max, memory_mb=s.memory_mb,
                             output_bytes=max(4 * s.observation_max_chars, 4096))
+
+    def sandbox_facts(self) -> dict:
+        """The episodes' sandbox: mode, caps (enforced and missing), parallelism (for the run
+        card; made once, at start, where the run is refused if not one episode fits)."""
+        with self._lock:
+            if self._facts is None:
+                if self.shell_factory != self._overlay_shell:
+                    self._facts = {"mode": "a stand-in shell (shell_factory)"}
+                else:
+                    try:
+                        self._facts = overlay_facts(upper_size_mb=self.s.upper_size_mb, pids_max=self.s.pids_max,
+                                                    memory_mb=self.s.memory_mb, max_parallel=self.s.max_parallel,
+                                                    scratch_dir=self.s.scratch_dir,
+                                                    command_timeout_s=self.s.command_timeout_s)
+                    except SandboxFitError as exc:
+                        raise ConfigError(f"env.max_parallel / sandbox caps: {exc}") from exc
+                    self._slots = threading.BoundedSemaphore(self._facts["parallel"]["granted"])
+            return self._facts
 
     # -- episodes ----------------------------------------------------------------------
     def run_episode(self, os_task: OsTask, policy: Actor, injected: int = 0) -> EpisodeResult:
@@ -80,21 +105,24 @@ class LifelongOsEnv(loader.TaskListing, Env):
         errors: list[str] = []
         outcome = None
         shell: Shell | None = None
-        try:
-            shell = self.shell_factory(self.rootfs())
-            outcome = play(shell, os_task, policy, s.max_steps, s.command_timeout_s, s.observation_max_chars)
-        except (RootfsError, ShellError) as exc:
-            errors.append(f"{type(exc).__name__}: {exc}")
-        except Exception as exc:  # a failure of the env ends this episode, not the run
-            log.exception("Lifelong-OS episode %s failed", os_task.key)
-            errors.append(f"{type(exc).__name__}: {exc}")
-        finally:
-            if shell is not None:
-                try:
-                    shell.close()
-                except Exception as exc:  # the verdict stands; the error is kept
-                    errors.append(f"closing the episode's system failed: {type(exc).__name__}: {exc}")
-                    info["cleanup_error"] = True
+        self.sandbox_facts()
+        with self._slots or contextlib.nullcontext():  # at most the episodes that fit at once
+            try:
+                shell = self.shell_factory(self.rootfs())
+                outcome = play(shell, os_task, policy, s.max_steps, s.command_timeout_s,
+                               s.observation_max_chars)
+            except (RootfsError, ShellError) as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # a failure of the env ends this episode, not the run
+                log.exception("Lifelong-OS episode %s failed", os_task.key)
+                errors.append(f"{type(exc).__name__}: {exc}")
+            finally:
+                if shell is not None:
+                    try:
+                        shell.close()
+                    except Exception as exc:  # the verdict stands; the error is kept
+                        errors.append(f"closing the episode's system failed: {type(exc).__name__}: {exc}")
+                        info["cleanup_error"] = True
         if outcome is None:
             return loader.env_error_result(errors, info)
         info.update(finished=outcome.finished, invalid_actions=outcome.invalid_actions,

@@ -15,6 +15,9 @@ record lists for each model call (`model_calls[].key`) finds the prompt as well 
 answer (`ResponseCache.lookup`, `memrl cache prompt KEY`). A request is stored when it is
 first asked, before the model answers, so a call that failed keeps its prompt too; an older
 cache learns the prompts of its hits as they are asked again.
+
+A cache file that cannot be opened, read or written (a full disk, a read-only file system,
+a corrupt file) raises `memrl.storage.StorageError` naming the file and the cause.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl.llm.base import Content, ImagePart, LLMRequest, LLMResponse
+from memrl.storage import writing
 
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
@@ -74,25 +78,31 @@ def request_key(model_id: str, request: LLMRequest) -> str:
     return payload_key(request_payload(model_id, request))
 
 
+WHAT = "the LLM response cache"
+HINT = ("it holds paid responses: free space / fix the file system, or move a corrupt file "
+        "aside (or point llm.cache_path elsewhere), then run the same command again")
+
+
 class ResponseCache:
     """Thread-safe key → `LLMResponse` store; one connection guarded by a lock."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        # timeout: wait for other processes' write locks instead of failing at once.
-        self._conn = sqlite3.connect(str(self.path), timeout=60.0, check_same_thread=False)
-        with self._lock:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute(_SCHEMA)
-            self._conn.execute(_REQUESTS)
-            self._conn.commit()
+        with writing(self.path, WHAT, hint=HINT, verb="open"):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # timeout: wait for other processes' write locks instead of failing at once.
+            self._conn = sqlite3.connect(str(self.path), timeout=60.0, check_same_thread=False)
+            with self._lock:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+                self._conn.execute(_SCHEMA)
+                self._conn.execute(_REQUESTS)
+                self._conn.commit()
         self._stored: set[str] = set()  # keys whose request this process knows is stored
 
     def get(self, key: str) -> LLMResponse | None:
-        with self._lock:
+        with writing(self.path, WHAT, hint=HINT, verb="read"), self._lock:
             row = self._conn.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
@@ -117,7 +127,7 @@ class ResponseCache:
             },
             ensure_ascii=False,
         )
-        with self._lock:
+        with writing(self.path, WHAT, hint=HINT), self._lock:
             self._conn.execute(
                 "INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", (key, value)
             )
@@ -129,7 +139,7 @@ class ResponseCache:
         if key in self._stored:
             return
         blob = zlib.compress(json.dumps(payload, ensure_ascii=False, sort_keys=True).encode("utf-8"))
-        with self._lock:
+        with writing(self.path, WHAT, hint=HINT), self._lock:
             if self._conn.execute("SELECT 1 FROM requests WHERE key = ?", (key,)).fetchone() is None:
                 self._conn.execute("INSERT OR IGNORE INTO requests (key, request) VALUES (?, ?)",
                                    (key, blob))
@@ -138,7 +148,7 @@ class ResponseCache:
 
     def get_request(self, key: str) -> dict[str, Any] | None:
         """The request payload stored for `key` (model, messages, sampling), or None."""
-        with self._lock:
+        with writing(self.path, WHAT, hint=HINT, verb="read"), self._lock:
             row = self._conn.execute("SELECT request FROM requests WHERE key = ?", (key,)).fetchone()
         return None if row is None else json.loads(zlib.decompress(row[0]).decode("utf-8"))
 

@@ -2,7 +2,7 @@
 
 Keys: backend (litellm | local | scripted), model, api_base, api_key_env, timeout,
 max_concurrency, max_retries, temperature, top_p, max_tokens, cache (bool), cache_path,
-n_ctx, model_path, vision (image input: true/false; null = litellm's model list for litellm
+n_ctx, model_path, model_fingerprint (litellm: which model a server serves), vision (image input: true/false; null = litellm's model list for litellm
 backends, never for `local`); for `scripted` optionally `script` ("package.module:function", a
 function request -> str; default: echo the last user message) and `model` as its model id.
 """
@@ -49,6 +49,7 @@ def build_backend(cfg: Mapping[str, Any]) -> Backend:
             api_key_env=cfg.get("api_key_env"),
             timeout=float(_get(cfg, "timeout", 60)),
             vision=cfg.get("vision"),
+            model_fingerprint=cfg.get("model_fingerprint"),
         )
     if kind == "local":
         from memrl.llm.local import LocalLlamaBackend
