@@ -3,8 +3,9 @@
 `alfworld_sweep`: one real, small sweep (MemRL and no memory, 2 ALFWorld games × 2 epochs ×
 2 steps, the embedded model, its own empty response cache), made once per test session
 through the command line and shared by the tests that read runs the way a user would
-(the Inspect export, the MemRL page in a browser, the live status). Its stderr is kept
-(`stderr`): the command ran without a terminal, as under Slurm or nohup.
+(the Inspect export, the MemRL page in a browser, the live status). Its output is kept
+(`stdout`: Hydra's console log; `stderr`: where a progress bar would go): the command ran
+without a terminal, as under Slurm or nohup.
 """
 
 from __future__ import annotations
@@ -36,5 +37,7 @@ def alfworld_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                          text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
     print(f"\nalfworld_sweep: {len(SWEEP_METHODS)} runs in {time.monotonic() - t0:.0f} s")
+    (root / "stdout.log").write_text(out.stdout, encoding="utf-8")
     (root / "stderr.log").write_text(out.stderr, encoding="utf-8")
-    return {"sweep": root / "sweep", "cache": cache, "stderr": root / "stderr.log"}
+    return {"sweep": root / "sweep", "cache": cache, "stdout": root / "stdout.log",
+            "stderr": root / "stderr.log"}
