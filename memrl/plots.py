@@ -11,8 +11,9 @@ Every title names the run: env / method / model / seed (memrl.runcard.identity).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 import matplotlib
 import numpy as np
@@ -25,18 +26,13 @@ from memrl.metrics import (calibration, csr_curve, forgetting_curve, mean_inject
 from memrl.records import EpisodeRecord  # noqa: E402
 
 
-def _plot(xs: Sequence[int], ys: Sequence[float], ks: Sequence[int], ns: Sequence[int],
-          ylabel: str, title: str, path: Path) -> Path:
+@contextlib.contextmanager
+def _figure(path: Path, xlabel: str, ylabel: str, title: str) -> Iterator[Any]:
+    """One rate plot (y in [0, 1]): yields the axes to draw on, then labels, saves, closes."""
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     try:
-        bounds = np.array([wilson(k, n)[1:] for k, n in zip(ks, ns)], dtype=float).reshape(-1, 2)
-        ax.plot(list(xs), list(ys), marker="o", color="C0")
-        if len(xs):
-            ax.fill_between(list(xs), bounds[:, 0], bounds[:, 1], color="C0", alpha=0.15,
-                            linewidth=0, label="95% Wilson interval")
-            ax.set_xticks(list(xs))
-            ax.legend(fontsize=7)
-        ax.set_xlabel("epoch")
+        yield ax
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=8)
         ax.set_ylim(-0.02, 1.02)
@@ -45,6 +41,18 @@ def _plot(xs: Sequence[int], ys: Sequence[float], ks: Sequence[int], ns: Sequenc
         fig.savefig(path, dpi=100)
     finally:
         plt.close(fig)
+
+
+def _plot(xs: Sequence[int], ys: Sequence[float], ks: Sequence[int], ns: Sequence[int],
+          ylabel: str, title: str, path: Path) -> Path:
+    with _figure(path, "epoch", ylabel, title) as ax:
+        bounds = np.array([wilson(k, n)[1:] for k, n in zip(ks, ns)], dtype=float).reshape(-1, 2)
+        ax.plot(list(xs), list(ys), marker="o", color="C0")
+        if len(xs):
+            ax.fill_between(list(xs), bounds[:, 0], bounds[:, 1], color="C0", alpha=0.15,
+                            linewidth=0, label="95% Wilson interval")
+            ax.set_xticks(list(xs))
+            ax.legend(fontsize=7)
     return path
 
 
@@ -54,8 +62,9 @@ def plot_calibration(records: Sequence[EpisodeRecord], who: str, path: Path) -> 
         return None
     rows = [r for r in calibration([q for q, _ in pairs], [ok for _, ok in pairs],
                                    q_bins([q for q, _ in pairs])) if r["n_episodes"]]
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    try:
+    title = f"{who}\nQ calibration ({len(pairs)} episodes with memories; n per bin, 95% Wilson)"
+    with _figure(path, "mean Q of the injected memories (bin centre)", "episode success rate",
+                 title) as ax:
         x = np.array([(r["q_lo"] + r["q_hi"]) / 2 for r in rows])
         y = np.array([r["success_rate"] for r in rows])
         err = np.vstack([y - np.array([r["wilson_lo"] for r in rows]),
@@ -64,16 +73,6 @@ def plot_calibration(records: Sequence[EpisodeRecord], who: str, path: Path) -> 
         for xi, yi, r in zip(x, y, rows):
             ax.annotate(f"n={r['n_episodes']}", (xi, yi), textcoords="offset points",
                         xytext=(4, 6), fontsize=7)
-        ax.set_xlabel("mean Q of the injected memories (bin centre)")
-        ax.set_ylabel("episode success rate")
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"{who}\nQ calibration ({len(pairs)} episodes with memories; n per bin, "
-                     "95% Wilson)", fontsize=8)
-        ax.grid(True, alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-    finally:
-        plt.close(fig)
     return path
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from memrl import cache
+from memrl.errors import cli_exit
 
 
 def _db_live(path: Path) -> bool:
@@ -132,11 +133,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, prog: str = "memrl cache") -> int:
     args = parser(prog).parse_args(argv)
-    try:
-        return int(args.fn(args))
-    except cache.CacheError as exc:
-        print(f"memrl: {exc}", file=sys.stderr)
-        return 2
+    return cli_exit(lambda: args.fn(args), cache.CacheError, 2, prefix="memrl")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from memrl.errors import cli_exit
 from memrl.rundir import RunDir
 
 
@@ -37,17 +38,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             cache = ResponseCache(path)
         else:
             print(f"note: no response cache at {path}: the logs carry no model-call events")
-    try:
+    def act() -> None:
         for rd in runs:
             out = args.out if args.out is not None else rd.inspect
             paths = export_run(rd, out, cache=cache)
             print(f"{rd}: {len(paths)} log{'s' if len(paths) != 1 else ''} in {out}")
-    except RuntimeError as exc:
-        print(f"memrl: {exc}", file=sys.stderr)
-        return 2
+
+    try:
+        code = cli_exit(act, RuntimeError, 2, prefix="memrl")
     finally:
         if cache is not None:
             cache.close()
+    if code:
+        return code
     shown = args.out if args.out is not None else "<run>/" + RunDir.INSPECT
     print(f"browse: inspect view --log-dir {shown}")
     return 0

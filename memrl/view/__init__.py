@@ -8,10 +8,10 @@ current folder for several. plotly is a dependency (pinned in pyproject.toml).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Sequence
 
+from memrl.errors import cli_exit
 from memrl.rundir import RunDir
 
 
@@ -40,10 +40,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl view") -> int:
     ap.add_argument("--out", type=Path, default=None, help="the HTML file to write")
     ap.add_argument("--task", default=None, help="the task shown first in the task-memories panel")
     args = ap.parse_args(argv)
-    try:
+    def act() -> None:
         path = write_page(args.runs, args.out, task=args.task)
-    except FileNotFoundError as exc:
-        print(f"memrl: {exc}", file=sys.stderr)
-        return 2
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB; open it in a browser)")
-    return 0
+        print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB; open it in a browser)")
+
+    return cli_exit(act, FileNotFoundError, 2, prefix="memrl")
