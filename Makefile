@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 # torch first, CPU build: on a machine without a local wheel use e.g.
 #   make setup TORCH_INSTALL="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH_INSTALL ?= torch==2.13.0
-EXTRAS ?= local,alfworld,sweep,slurm,wandb,mem0,hle,lifelong,dev
+EXTRAS ?= local,alfworld,sweep,slurm,wandb,mem0,hle,lifelong,inspect,dev
 # ALFWorld data: $ALFWORLD_DATA if set; else the repo's sibling shared data (dev/CI); else
 # ALFWorld's own default download location.
 SHARED_DATA := $(abspath ../shared/data)
@@ -46,8 +46,9 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	touch $(STAMP)
 
 # Debian packages the real environments need: bubblewrap (sandbox for model-written code and
-# commands), mariadb-server (Lifelong DB), debootstrap (Lifelong OS root file system).
-SYSTEM_PACKAGES ?= bubblewrap mariadb-server debootstrap
+# commands), mariadb-server (Lifelong DB), debootstrap (Lifelong OS root file system);
+# chromium for the browser test of `memrl view` (and the screenshots in results/).
+SYSTEM_PACKAGES ?= bubblewrap mariadb-server debootstrap chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-deps:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

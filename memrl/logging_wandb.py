@@ -2,7 +2,12 @@
 
 `logger=none` (default) logs nothing. `logger=wandb` logs, at each epoch end, that epoch's
 SR, CSR and forgetting rate plus the run's running totals (episodes, errors, model calls,
-tokens). Offline by default: the wandb run is written inside the run directory
+tokens); a histogram of the Q of every memory in the bank at the epoch's end (`bank/q`,
+from the run's bank-update log, memrl.banklog) and of the injected memories' Q
+(`injected/q`); and the epoch's episodes as a table (`episodes`: task, outcome, steps,
+reward, tokens, cost, injected and written memory ids). When the run ends it builds this
+run's report (memrl.report, into `<run_dir>/report/`) and logs its tables and figures, with
+the per-run plots, as one artifact (type `report`). Offline by default: the wandb run is written inside the run directory
 (``<run_dir>/wandb/``, i.e. WANDB_DIR = the run directory) and can be uploaded later with
 ``wandb sync``. ``logger.wandb.mode=online`` goes online only when the API key is in the
 environment variable named by ``logger.wandb.api_key_env`` (WANDB_API_KEY); without it the
@@ -101,6 +106,40 @@ class EpochLogger:
         pass
 
 
+EPISODE_COLUMNS = ["epoch", "batch", "task_id", "success", "outcome", "outcome_detail", "steps",
+                   "reward", "prompt_tokens", "completion_tokens", "cost_usd", "injected",
+                   "written", "errors"]
+
+
+def episode_rows(run_dir: str | Path, epoch: int) -> list[list[Any]]:
+    """The epoch's episodes as rows of `EPISODE_COLUMNS`."""
+    from memrl.records import read_episodes
+
+    rows = []
+    for r in read_episodes(RunDir(run_dir).episodes):
+        if int(r.epoch) != int(epoch):
+            continue
+        rows.append([r.epoch, r.batch, r.task_id, bool(r.success), r.outcome, r.outcome_detail,
+                     r.steps, r.reward, int(r.tokens.get("prompt", 0)),
+                     int(r.tokens.get("completion", 0)), float(r.cost_usd or 0.0),
+                     " ".join(str(m["id"]) for m in r.injected), r.written or "",
+                     "; ".join(r.errors)])
+    return rows
+
+
+def q_values(run_dir: str | Path, epoch: int) -> dict[str, list[float]]:
+    """`bank/q`: the bank's Q at the end of `epoch` (from bank_updates.jsonl; empty for a run
+    without a bank or without the log); `injected/q`: the Q of the memories injected in it."""
+    from memrl.banklog import BankHistory
+    from memrl.records import iter_jsonl
+
+    rd = RunDir(run_dir)
+    ends = BankHistory.read(rd).q_at_epoch_end()
+    injected = [float(m["q"]) for r in iter_jsonl(rd.episodes) if int(r["epoch"]) == int(epoch)
+                for m in r.get("injected") or []]
+    return {"bank/q": sorted(ends.get(int(epoch), {}).values()), "injected/q": injected}
+
+
 def _run_id(run_dir: Path) -> str:
     path = RunDir(run_dir).wandb_run_id
     if path.is_file() and path.read_text().strip():
@@ -136,11 +175,37 @@ class WandbLogger(EpochLogger):
             mode=self.mode, config=dict(config),
             settings=self.wandb.Settings(api_key=key, console="off", silent=True))
         self.dir = RunDir(run_dir).wandb
+        self.run_dir = RunDir(run_dir)
 
     def log_epoch(self, metrics: Mapping[str, Any], epoch: int) -> None:
-        self.run.log(epoch_metrics(metrics, epoch), step=int(epoch))
+        row: dict[str, Any] = dict(epoch_metrics(metrics, epoch))
+        for key, values in q_values(self.run_dir, epoch).items():
+            if values:
+                row[key] = self.wandb.Histogram(values)
+        row["episodes"] = self.wandb.Table(columns=EPISODE_COLUMNS,
+                                           data=episode_rows(self.run_dir, epoch))
+        self.run.log(row, step=int(epoch))
+
+    def log_report(self) -> None:
+        """This run's report and per-run plots as one artifact; a failure to build it is
+        logged, never raised (the run itself is done)."""
+        from memrl.report import build_report
+
+        rd = self.run_dir
+        try:
+            build_report([rd.root], rd.report, n_boot=2000, warn=log.warning)
+        except Exception as exc:  # noqa: BLE001 - tracking must never fail the run
+            log.warning("wandb: no report artifact (%s: %s)", type(exc).__name__, exc)
+            return
+        art = self.wandb.Artifact(name=f"report-{self.run.id}", type="report",
+                                  description=f"memrl report of {rd.root}")
+        art.add_dir(str(rd.report), name="report")
+        if rd.plots.is_dir():
+            art.add_dir(str(rd.plots), name="plots")
+        self.run.log_artifact(art)
 
     def finish(self, status: str = "finished") -> None:
+        self.log_report()
         self.run.finish(exit_code=0 if status == "finished" else 1)
 
 

@@ -19,12 +19,18 @@ For N tasks over epochs t = 1..E the success matrix is s[t, i] ∈ {0, 1}:
 Several records for one (task, epoch) -- e.g. Pass@k attempts -- count as a
 success if any of them succeeded.
 
+Intervals of one run's proportions (an epoch's SR over its N tasks, a Q-calibration bin's
+success rate over its episodes): the 95% Wilson score interval (`wilson`). Q calibration
+(`calibration`): episodes binned by the mean Q of their injected memories (as recorded at
+retrieval), 10 equal-width bins over [min(-1, lowest Q), max(1, highest Q)] (`q_bins`).
+
 CLI: ``memrl metrics <run_dir> [--no-plots] [--allow-missing] [--forgetting-zero-fail zero|skip]``
 (also ``python -m memrl.metrics``; see memrl/cli/metrics.py).
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any, Literal, Sequence
@@ -158,6 +164,64 @@ def retrieval_by_epoch(records: Sequence[EpisodeRecord]) -> dict[str, dict[str, 
     return out
 
 
+def z_quantile(p: float) -> float:
+    try:
+        from scipy.stats import norm
+    except ImportError:  # pragma: no cover
+        if abs(p - 0.975) > 1e-12:
+            raise RuntimeError("normal quantiles other than 0.975 need scipy") from None
+        return 1.959963984540054
+    return float(norm.ppf(p))
+
+
+def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float, float]:
+    """(k/n, low, high): the Wilson score interval of a proportion; NaNs for n = 0."""
+    if n <= 0:
+        return math.nan, math.nan, math.nan
+    z = z_quantile(0.5 + level / 2)
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return p, max(0.0, centre - half), min(1.0, centre + half)
+
+
+Q_BINS = 10
+
+
+def q_bins(values: Sequence[float], n_bins: int = Q_BINS) -> np.ndarray:
+    lo = min(-1.0, min(values)) if len(values) else -1.0
+    hi = max(1.0, max(values)) if len(values) else 1.0
+    return np.linspace(lo, hi, n_bins + 1)
+
+
+def bin_index(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Bin i holds edges[i] <= v < edges[i+1]; the top edge belongs to the last bin."""
+    return np.clip(np.searchsorted(edges, values, side="right") - 1, 0, len(edges) - 2)
+
+
+def mean_injected_q(rec: EpisodeRecord) -> float | None:
+    """The mean Q (at retrieval) of the memories injected into an episode; None: none."""
+    qs = [m.get("q") for m in rec.injected or [] if isinstance(m, dict) and m.get("q") is not None]
+    return float(np.mean(qs)) if qs else None
+
+
+def calibration(qs: Sequence[float], oks: Sequence[bool], edges: np.ndarray) -> list[dict[str, Any]]:
+    """Per bin of `edges`: episodes n, successes k, rate k/n and its 95% Wilson interval."""
+    idx = bin_index(np.asarray(qs, dtype=float), edges) if len(qs) else np.array([], dtype=int)
+    okv = np.asarray(oks, dtype=int)
+    rows = []
+    for i in range(len(edges) - 1):
+        sel = idx == i
+        n = int(sel.sum())
+        k = int(okv[sel].sum()) if n else 0
+        _, lo, hi = wilson(k, n)
+        rows.append({"bin": i, "q_lo": float(edges[i]), "q_hi": float(edges[i + 1]),
+                     "n_episodes": n, "n_success": k, "success_rate": k / n if n else math.nan,
+                     "wilson_lo": lo, "wilson_hi": hi})
+    return rows
+
+
 def outcome_counts(records: Sequence[EpisodeRecord], field: str = "outcome") -> dict[str, dict[str, int]]:
     """Episodes per outcome for each epoch, keyed by epoch as a string: the shared `outcome`
     (success / failure / timeout / env_error / llm_error / judge_error, the same words for
@@ -226,15 +290,22 @@ def write_metrics(run_dir: str | Path | RunDir, plots: bool = True,
                   allow_missing: bool = False, zero_fail: ZeroFail = "zero") -> dict[str, Any]:
     """Compute metrics for a run, write `metrics.json` (atomically) and, optionally, plots."""
     rd = RunDir(run_dir)
-    metrics = compute_metrics(load_run(rd), allow_missing=allow_missing, zero_fail=zero_fail)
+    records = load_run(rd)
+    metrics = compute_metrics(records, allow_missing=allow_missing, zero_fail=zero_fail)
     eval_path = rd.eval_episodes
     if eval_path.is_file() and eval_path.stat().st_size:
         metrics["transfer"] = transfer_metrics(read_episodes(eval_path))
     write_json_atomic(rd.metrics, metrics)
     if plots:
-        from memrl.plots import plot_curves
+        import json
 
-        plot_curves(metrics, rd.plots)
+        from memrl.plots import plot_run
+        from memrl.runcard import identity, identity_label
+
+        card = json.loads(rd.card.read_text(encoding="utf-8")) if rd.card.is_file() else {}
+        who = identity_label(identity(card.get("config") or {}, card.get("model")))
+        _, _, S = success_matrix(records, allow_missing=True)
+        plot_run(S, records, who, rd.plots, zero_fail)
     return metrics
 
 

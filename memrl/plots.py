@@ -1,45 +1,103 @@
-"""Per-epoch curve plots for one run (headless: matplotlib's Agg backend)."""
+"""Per-run plots (headless: matplotlib's Agg backend), written into `<run>/plots/`:
+
+- `sr.png`, `csr.png`, `forgetting.png`: the curve per epoch with a shaded 95% Wilson
+  interval (an epoch's SR is k of the run's N tasks; CSR likewise; the forgetting rate is
+  the forgotten tasks out of the epoch's failed ones), epochs on integer ticks;
+- `q_calibration.png` (runs that injected memories): success rate by the mean Q of the
+  injected memories, each bin with its episode count n and a 95% Wilson interval.
+
+Every title names the run: env / method / model / seed (memrl.runcard.identity).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from memrl.metrics import (calibration, csr_curve, forgetting_curve, mean_injected_q,  # noqa: E402
+                           q_bins, sr_curve, wilson, ZeroFail)
+from memrl.records import EpisodeRecord  # noqa: E402
 
-def _plot(xs: Sequence[int], ys: Sequence[float], ylabel: str, title: str, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+
+@contextlib.contextmanager
+def _figure(path: Path, xlabel: str, ylabel: str, title: str) -> Iterator[Any]:
+    """One rate plot (y in [0, 1]): yields the axes to draw on, then labels, saves, closes."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
     try:
-        ax.plot(list(xs), list(ys), marker="o")
-        ax.set_xlabel("epoch")
+        yield ax
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
-        ax.set_title(title)
+        ax.set_title(title, fontsize=8)
         ax.set_ylim(-0.02, 1.02)
-        if xs:
-            ax.set_xticks(list(xs))
         ax.grid(True, alpha=0.3)
         fig.tight_layout()
         fig.savefig(path, dpi=100)
     finally:
         plt.close(fig)
+
+
+def _plot(xs: Sequence[int], ys: Sequence[float], ks: Sequence[int], ns: Sequence[int],
+          ylabel: str, title: str, path: Path) -> Path:
+    with _figure(path, "epoch", ylabel, title) as ax:
+        bounds = np.array([wilson(k, n)[1:] for k, n in zip(ks, ns)], dtype=float).reshape(-1, 2)
+        ax.plot(list(xs), list(ys), marker="o", color="C0")
+        if len(xs):
+            ax.fill_between(list(xs), bounds[:, 0], bounds[:, 1], color="C0", alpha=0.15,
+                            linewidth=0, label="95% Wilson interval")
+            ax.set_xticks(list(xs))
+            ax.legend(fontsize=7)
     return path
 
 
-def plot_curves(metrics: dict[str, Any], out_dir: str | Path) -> list[Path]:
-    """Write sr.png, csr.png and forgetting.png into `out_dir`; return their paths."""
+def plot_calibration(records: Sequence[EpisodeRecord], who: str, path: Path) -> Path | None:
+    pairs = [(q, bool(r.success)) for r in records if (q := mean_injected_q(r)) is not None]
+    if not pairs:
+        return None
+    rows = [r for r in calibration([q for q, _ in pairs], [ok for _, ok in pairs],
+                                   q_bins([q for q, _ in pairs])) if r["n_episodes"]]
+    title = f"{who}\nQ calibration ({len(pairs)} episodes with memories; n per bin, 95% Wilson)"
+    with _figure(path, "mean Q of the injected memories (bin centre)", "episode success rate",
+                 title) as ax:
+        x = np.array([(r["q_lo"] + r["q_hi"]) / 2 for r in rows])
+        y = np.array([r["success_rate"] for r in rows])
+        err = np.vstack([y - np.array([r["wilson_lo"] for r in rows]),
+                         np.array([r["wilson_hi"] for r in rows]) - y])
+        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, color="C0")
+        for xi, yi, r in zip(x, y, rows):
+            ax.annotate(f"n={r['n_episodes']}", (xi, yi), textcoords="offset points",
+                        xytext=(4, 6), fontsize=7)
+    return path
+
+
+def plot_run(S: np.ndarray, records: Sequence[EpisodeRecord], who: str,
+             out_dir: str | Path, zero_fail: ZeroFail = "zero") -> list[Path]:
+    """The per-run plots of a run's (epochs, tasks) success matrix `S` and its records; `who`
+    names the run in every title (memrl.runcard.identity_label). An epoch with no failure is
+    a gap in the forgetting curve under the `skip` reading (`zero_fail`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    n = metrics["n_tasks"]
-    sr: list[float] = metrics["sr"]
-    epochs = list(range(1, len(sr) + 1))
-    # an epoch with no failure is None under the `skip` reading: a gap in the curve
-    fr = [float("nan") if x is None else x for x in metrics["forgetting"]]
-    return [
-        _plot(epochs, sr, "success rate", f"SR per epoch (n_tasks={n})", out / "sr.png"),
-        _plot(epochs, metrics["csr_curve"], "cumulative success rate", f"CSR per epoch (n_tasks={n})", out / "csr.png"),
-        _plot(list(range(2, len(fr) + 2)), fr, "forgetting rate", f"Forgetting per epoch (n_tasks={n})", out / "forgetting.png"),
+    B = np.asarray(S).astype(bool)
+    n = int(B.shape[1])
+    epochs = list(range(1, B.shape[0] + 1))
+    solved = B.sum(axis=1).tolist()
+    ever = np.logical_or.accumulate(B, axis=0).sum(axis=1).tolist()
+    fails = [int((~B[t]).sum()) for t in range(1, B.shape[0])]
+    forgot = [int((B[t - 1] & ~B[t]).sum()) for t in range(1, B.shape[0])]
+    paths = [
+        _plot(epochs, sr_curve(S), solved, [n] * len(epochs), "success rate",
+              f"{who}\nSR per epoch ({n} tasks)", out / "sr.png"),
+        _plot(epochs, csr_curve(S), ever, [n] * len(epochs), "cumulative success rate",
+              f"{who}\nCSR per epoch ({n} tasks)", out / "csr.png"),
+        _plot(epochs[1:], [math.nan if x is None else x for x in forgetting_curve(S, zero_fail)], forgot, fails, "forgetting rate",
+              f"{who}\nforgetting per epoch (forgotten / failed tasks)", out / "forgetting.png"),
     ]
+    cal = plot_calibration(records, who, out / "q_calibration.png")
+    return paths + ([cal] if cal else [])

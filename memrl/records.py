@@ -2,7 +2,11 @@
 
 Everything a paper figure needs is derivable from `EpisodeRecord`s, so the record is
 deliberately complete: outcome, injected memories (with their Q *before* the update),
-token use, errors and the transcript.
+token use, errors and the transcript. A record also explains itself: each injected memory
+names its text by a content hash that the run's `memories.jsonl` resolves (memrl.memtexts),
+`written` is the id of the memory the episode wrote, and `model_calls` lists each model
+call's purpose and cache key, under which the response cache keeps the prompt and the
+answer (memrl.llm.cache). Records written before these fields read with them empty.
 
 Every episode has an `outcome` from one vocabulary shared by all envs (`OUTCOMES`) and an
 `outcome_detail`, the env's own finer class (BigCodeBench `syntax_error`, Lifelong-DB
@@ -17,7 +21,9 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
+
+from memrl.memtexts import text_hash
 
 
 # The shared outcome vocabulary: what happened to an episode, in the same words for every env.
@@ -85,11 +91,16 @@ class RetrievedMemory:
     score: float  # Phase-B score (or similarity for similarity-only modules)
     success: bool | None = None
 
+    @property
+    def text_hash(self) -> str:
+        """The content hash of its text (intent and experience), resolved by memories.jsonl."""
+        return text_hash(self.intent, self.experience)
+
     def to_record(self) -> dict[str, Any]:
         # chars: the memory's size as shown (intent + experience), for the plan's model of
         # how prompts grow with injected memories (memrl.plan)
         return {"id": self.memory_id, "q": self.q, "sim": self.similarity, "score": self.score,
-                "chars": len(self.intent) + len(self.experience)}
+                "chars": len(self.intent) + len(self.experience), "text": self.text_hash}
 
 
 @dataclass(frozen=True)
@@ -160,6 +171,9 @@ class EpisodeRecord:
     duration_s: float = 0.0
     outcome: str = ""         # one of OUTCOMES
     outcome_detail: str = ""  # the env's own class of the outcome
+    written: str | None = None  # id of the memory this episode wrote (None: none)
+    model_calls: list[dict[str, Any]] = field(default_factory=list)  # [{purpose, key}] in order
+    cost_usd: float = 0.0  # the model calls' cost as recorded (a cached answer keeps its cost)
 
     def __post_init__(self) -> None:
         if not self.outcome:  # an old record: its env-specific name was info["outcome"]
@@ -206,6 +220,27 @@ def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
             if i == len(lines) - 1 and not line.endswith("\n"):
                 return
             raise ValueError(f"{path}:{i + 1}: not valid JSON ({exc})") from exc
+
+
+def rewrite_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Replace a JSONL file by `rows` (atomic: a temp file, fsync, rename)."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def keep_committed(path: str | Path, committed: Callable[[int, int], bool]) -> None:
+    """Rewrite a JSONL file of per-batch rows (bank-update lines) keeping only the rows whose
+    (epoch, batch) is `committed` (drops a torn or orphaned append)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    rewrite_jsonl(path, [r for r in iter_jsonl(path) if committed(int(r["epoch"]), int(r["batch"]))])
 
 
 def read_episodes(path: str | Path) -> list[EpisodeRecord]:

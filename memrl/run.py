@@ -145,6 +145,9 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
     freeze_startup_heap()
     try:
         runner.run(tasks, eval_tasks)
+        # before the logger ends (it logs the plots), and before the run is called finished
+        with writing(rd.metrics, "the metrics"):
+            metrics = write_metrics(rd, plots=True, zero_fail=zero_fail)
         status = FINISHED
     except RunStopped as exc:
         status, error = exc.status, exc.message
@@ -165,8 +168,7 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
             if objs.eval_env is not None:
                 objs.eval_env.close()
             objs.memory.close()
-    with writing(rd.metrics, "the metrics"):
-        return write_metrics(rd, plots=True, zero_fail=zero_fail)
+    return metrics
 
 
 def _close_session(card: RunCard, session: dict[str, Any], status: str, error: str | None,

@@ -144,6 +144,25 @@ def episodes_summary(run_dir: str | Path | RunDir) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def identity(config: dict[str, Any], model: str | None = None) -> dict[str, str]:
+    """Who a run is, as titles and labels name it: env, method (the memory), model, seed.
+    `model` is the card's (the backend's model id); without one, the llm config's, or the
+    agent for an oracle run that calls no model."""
+    llm = config.get("llm") or {}
+    agent = str((config.get("agent") or {}).get("name") or "")
+    if not model:
+        model = llm.get("model") or llm.get("name")
+        if agent and agent != "react":
+            model = f"no model (agent={agent})"
+    return {"env": str((config.get("env") or {}).get("name", "?")),
+            "method": str((config.get("memory") or {}).get("name", "?")),
+            "model": str(model or "?"), "seed": str(config.get("seed", 0))}
+
+
+def identity_label(ident: dict[str, str]) -> str:
+    return f"{ident['env']} / {ident['method']} / {ident['model']} / seed {ident['seed']}"
+
+
 # ------------------------------------------------------------------------------ resume check
 def comparable(config: dict[str, Any]) -> dict[str, Any]:
     """The part of a config that must not change between the sessions of one run: without

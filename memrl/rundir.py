@@ -7,17 +7,23 @@ tools, tests) takes its paths from a `RunDir`, so a file name exists once. Layou
     <run>/
       run_card.json        what made the run and what it cost, per session (memrl.runcard)
       episodes.jsonl       one record per training episode (memrl.records.EpisodeRecord)
+      memories.jsonl       the text of every memory injected or written, by content hash
+                           (memrl.memtexts; records name texts by hash)
       eval_episodes.jsonl  transfer mode: the held-out evaluation after each epoch
       metrics.json         SR / Last / CSR / forgetting (memrl.metrics)
       plots/               sr.png, csr.png, forgetting.png
       bank/                the memory bank (embedded Chroma, or a claim on a Chroma server)
       mem0/                memory=mem0 only: mem0's own store (vector store, history, ledger)
       bank_updates.jsonl   the log of bank updates (Q before -> after), one line per batch
+                           (memrl.banklog)
       state/               checkpoint.json, eval_checkpoint.json, journal.json, last_commit.json,
                            lock (memrl.lock: held by the one process running the directory)
       .hydra/              Hydra's record of the composed config and the overrides
       run.log              Hydra's log of the job (the job is named after memrl/run.py)
       wandb/, wandb_run_id.txt   logger=wandb only
+      report/              logger=wandb only: this run's report (figures logged as an artifact)
+      inspect/             `memrl export inspect` without --out: Inspect AI eval logs
+      view.html            `memrl view RUN` without --out: the run's page
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ class RunDir:
     CARD = "run_card.json"
     EPISODES = "episodes.jsonl"
     EVAL_EPISODES = "eval_episodes.jsonl"
+    MEMORIES = "memories.jsonl"
     METRICS = "metrics.json"
     PLOTS = "plots"
     BANK = "bank"
@@ -53,6 +60,9 @@ class RunDir:
     LOG = "run.log"
     WANDB = "wandb"
     WANDB_RUN_ID = "wandb_run_id.txt"
+    REPORT = "report"
+    INSPECT = "inspect"
+    VIEW = "view.html"
 
     def __init__(self, root: str | os.PathLike[str] | "RunDir") -> None:
         path = root.root if isinstance(root, RunDir) else Path(root)
@@ -76,6 +86,10 @@ class RunDir:
     @property
     def eval_episodes(self) -> Path:
         return self.root / self.EVAL_EPISODES
+
+    @property
+    def memories(self) -> Path:
+        return self.root / self.MEMORIES
 
     @property
     def metrics(self) -> Path:
@@ -140,6 +154,18 @@ class RunDir:
     @property
     def wandb_run_id(self) -> Path:
         return self.root / self.WANDB_RUN_ID
+
+    @property
+    def report(self) -> Path:
+        return self.root / self.REPORT
+
+    @property
+    def inspect(self) -> Path:
+        return self.root / self.INSPECT
+
+    @property
+    def view(self) -> Path:
+        return self.root / self.VIEW
 
     # ------------------------------------------------------------------ finding runs
     def is_run(self) -> bool:

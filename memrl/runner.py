@@ -3,16 +3,21 @@ concurrently, learn in task order, commit. Killing the process at any moment and
 the same command again continues the run and ends in the same state.
 
 Commit protocol for one batch (paths named by `memrl.rundir.RunDir`):
-  1. state/journal.json    ← the planned bank update and the batch's records (atomic write)
+  1. state/journal.json    ← the planned bank update, the batch's records and what the
+                             commit logs (its bank-update line, the texts it names) (atomic)
   2. bank/                 ← apply the update (idempotent: absolute values)
-  3. episodes.jsonl        ← append the records (fsync)
-  4. state/checkpoint.json ← (epoch, batch) committed and the bank's entry count (atomic
+  3. memories.jsonl        ← the texts the records name (content-addressed: idempotent)
+  4. episodes.jsonl        ← append the records (fsync)
+  5. bank_updates.jsonl    ← append the batch's line: Q before -> after, added, removed (fsync)
+  6. state/checkpoint.json ← (epoch, batch) committed and the bank's entry count (atomic
                              write); then the journal becomes state/last_commit.json.
 On start (memrl.recovery): episode lines beyond the checkpoint (a torn append) are dropped,
 a committed last batch that lost records is restored from its copy, the bank's entry count
-is checked against the checkpoint's, and a journal newer than the checkpoint is re-applied.
-A batch that never reached its journal is replayed; the response cache makes that replay
-free and identical.
+is checked against the checkpoint's, bank-update lines beyond the checkpoint are dropped,
+and a journal newer than the checkpoint is re-applied, so a replayed commit appends each
+line exactly once. A batch that never reached its journal is replayed; the response cache
+makes that replay free and identical. Record building and the logs are in
+memrl/recording.py; the progress bar and the per-epoch log line in memrl/live.py.
 
 What stops a run between batches (model errors that no retry cures, storage failures, too
 many errored episodes, a budget, SIGTERM / SIGINT) is decided by a `memrl.guards.Gate` at
@@ -36,11 +41,13 @@ from tqdm import tqdm
 
 from memrl import recovery
 from memrl.guards import STORAGE, Gate
+from memrl.live import RunTally, progress_enabled
 from memrl.llm.client import LLMClient
 from memrl.memory.base import LearnItem, MemoryModule
 from memrl.memory.entry import BankUpdate
+from memrl.recording import CommitLog, episode_record, mark_written, memory_texts
 from memrl.records import (EpisodeRecord, EpisodeResult, RetrievedMemory, Task, append_jsonl,
-                           iter_jsonl, write_json_atomic)
+                           iter_jsonl, rewrite_jsonl, write_json_atomic)
 from memrl.result_keys import extent, no_effect
 from memrl.rundir import RunDir
 from memrl.seeding import derive_seed
@@ -56,7 +63,8 @@ class RunnerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     epochs: int = extent(10, ge=1)
     batch_size: int = Field(1, ge=1, description="B=1 is strictly online")
-    progress: bool = no_effect(True)
+    # the progress bar: true, false, or auto = only when stderr is a terminal (memrl/live.py)
+    progress: bool | Literal["auto"] = no_effect("auto")
     metrics_every_epoch: bool = no_effect(True)
     # stop (uncommitted) when more than this fraction of a batch's (>= 2 episodes) or of an
     # epoch's episodes ended errored (memrl.guards); decides when a run stops, not its results
@@ -116,6 +124,8 @@ class Runner:
         self.workers = llm.max_concurrency if llm is not None else int(env.parallel_episodes)
         self._embeddings: dict[str, list[float]] = {}
         self._solved: set[str] = set()
+        self.commit_log = CommitLog(self.run_dir)
+        self.tally = RunTally(n_tasks=0)
 
     # ------------------------------------------------------------- persistence
     def load_checkpoint(self) -> Checkpoint:
@@ -128,14 +138,8 @@ class Runner:
 
     def _write_episodes(self, records: list[dict]) -> None:
         """Replace episodes.jsonl by `records` (atomic: a temp file, fsync, rename)."""
-        tmp = self.episodes_path.with_suffix(".jsonl.tmp")
         with writing(self.episodes_path, "the episode records"):
-            with open(tmp, "w", encoding="utf-8") as fh:
-                for r in records:
-                    fh.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.episodes_path)
+            rewrite_jsonl(self.episodes_path, records)
 
     def recover(self, batches: Sequence[Sequence[Task]] | None = None) -> Checkpoint:
         """Bring the run directory to its last commit (module doc): records of committed
@@ -163,10 +167,12 @@ class Runner:
                             high=len(update.add) if update else 0)
         if restored or self.episodes_path.exists():  # also drops a torn last line
             self._write_episodes(keep)
+        with writing(self.run_dir.bank_updates, "the bank-update log"):
+            self.commit_log.truncate(ckpt.after)
         if pending:
             log.info("recovering batch %s of epoch %s from its journal", journal["batch"], journal["epoch"])
             self._commit(journal["epoch"], journal["batch"], update, journal["records"],
-                         journal_written=True)
+                         extras=journal.get("extras"), journal_written=True)
             return self.load_checkpoint()
         if journal is not None:
             with writing(self.last_commit_path, "the last commit's copy"):
@@ -174,21 +180,32 @@ class Runner:
         return ckpt
 
     def _commit(self, epoch: int, batch: int, update: BankUpdate, records: list[dict],
-                journal_written: bool = False) -> None:
+                texts: dict[str, dict[str, str]] | None = None, *,
+                extras: dict[str, Any] | None = None, journal_written: bool = False) -> None:
+        """Commit one batch (the protocol above). `texts`: the injected memories' texts the
+        records name; `extras` (recovery): what the journal says the commit logs."""
         if not journal_written:
+            extras = self.commit_log.prepare(epoch, batch, update, self.memory, texts or {},
+                                             first=not self.ckpt_path.exists())
             with writing(self.journal_path, "the commit journal"):
                 write_json_atomic(self.journal_path, {"epoch": epoch, "batch": batch,
-                                                      "update": update.to_dict(), "records": records})
+                                                      "update": update.to_dict(), "records": records,
+                                                      "extras": extras})
         with writing(self.run_dir.bank, "the memory bank", any_error=True):
             self.memory.apply(update)
+        with writing(self.run_dir.memories, "the memory texts"):
+            self.commit_log.write_texts(extras)
         with writing(self.episodes_path, "the episode records"):
             append_jsonl(self.episodes_path, [json.dumps(r, ensure_ascii=False, sort_keys=True)
                                               for r in records])
+        with writing(self.run_dir.bank_updates, "the bank-update log"):
+            self.commit_log.write_bank_update(extras)
         with writing(self.ckpt_path, "the checkpoint"):
             write_json_atomic(self.ckpt_path, {"epoch": epoch, "batch": batch,
                                                "bank_entries": self.memory.entry_count()})
         with writing(self.last_commit_path, "the last commit's copy"):
             os.replace(self.journal_path, self.last_commit_path)
+        self.tally.add(records)
 
     # ------------------------------------------------------------------ episodes
     def _episode_seed(self, epoch: int, task: Task) -> int:
@@ -226,16 +243,9 @@ class Runner:
             info["retrieval"] = asdict(stats)
         if digest and digest.get("error"):
             info["writer_error"] = digest["error"]
-        meter = ep_llm.meter if ep_llm is not None else None
-        record = EpisodeRecord(
-            epoch=epoch, batch=batch, task_id=task.task_id, intent=task.intent,
-            success=bool(result.success), reward=float(result.reward), steps=int(result.steps),
-            injected=[m.to_record() for m in memories],
-            tokens=meter.tokens() if meter else {"prompt": 0, "completion": 0},
-            llm_calls=meter.calls if meter else 0, cache_hits=meter.cache_hits if meter else 0,
-            errors=list(result.errors), transcript=[asdict(s) for s in result.transcript],
-            info=info, seed=seed, duration_s=round(time.monotonic() - t0, 3),
-            outcome=result.outcome, outcome_detail=result.outcome_detail)
+        record = episode_record(epoch=epoch, batch=batch, task=task, result=result,
+                                memories=memories, meter=ep_llm.meter if ep_llm else None,
+                                seed=seed, duration_s=time.monotonic() - t0, info=info)
         item = LearnItem(task=task, result=result, injected=memories, epoch=epoch, digest=digest,
                          errored=errored, embedding=self._embeddings.get(task.task_id, []))
         return record, item
@@ -277,7 +287,9 @@ class Runner:
             everything = tasks + eval_tasks
             vecs = self.embed_intents([t.intent for t in everything])
             self._embeddings = {t.task_id: [float(x) for x in v] for t, v in zip(everything, vecs)}
-        self._solved = {r["task_id"] for r in iter_jsonl(self.episodes_path) if r["success"]}
+        self.tally = RunTally(n_tasks=len(tasks))
+        self.tally.add(iter_jsonl(self.episodes_path))
+        self._solved = set(self.tally.solved_by)
         pool = ThreadPoolExecutor(max_workers=max(1, self.workers))
         try:
             for epoch in range(1, self.s.epochs + 1):
@@ -298,8 +310,14 @@ class Runner:
         return ckpt
 
     def _progress(self, total: int, done: int, desc: str) -> tqdm:
-        return tqdm(total=total, initial=done, desc=desc, disable=not self.s.progress, unit="task",
-                    dynamic_ncols=True)
+        return tqdm(total=total, initial=done, desc=desc, unit="task", dynamic_ncols=True,
+                    disable=not progress_enabled(self.s.progress))
+
+    def _postfix(self, bar: tqdm, epoch: int) -> None:
+        """The epoch's solved / errored episodes and this session's retries, spend and tokens;
+        with a budget, spend and tokens against it (memrl.budget)."""
+        bar.set_postfix({**self.tally.postfix(epoch, self.llm.totals() if self.llm else None),
+                         **self.gate.postfix()})
 
     def _errored_so_far(self, path: Path, epoch: int) -> int:
         """Errored episodes of `epoch` already committed to `path` (a resumed epoch)."""
@@ -310,8 +328,7 @@ class Runner:
         total = sum(map(len, batches))
         done = total - sum(len(batches[b]) for b in todo)
         bar = self._progress(total, done, f"epoch {epoch}/{self.s.epochs}")
-        wins = 0
-        errored = self._errored_so_far(self.episodes_path, epoch)
+        errored = self.tally.epoch(epoch).errored  # committed before (a resumed epoch)
         try:
             for b in todo:
                 batch = batches[b]
@@ -323,15 +340,16 @@ class Runner:
                 errored += self.gate.after_batch(records, epoch=epoch, batch=b, errored_before=errored,
                                                  epoch_size=total)
                 update = self.memory.plan([item for _, item in outs])
+                mark_written(records, update)
                 with self.gate.committing():
-                    self._commit(epoch, b, update, records)
+                    self._commit(epoch, b, update, records, memory_texts(item.injected for _, item in outs))
                 self.gate.committed(len(batch))
                 self._solved.update(r["task_id"] for r in records if r["success"])
-                wins += sum(r["success"] for r in records)
                 bar.update(len(batch))
-                bar.set_postfix(solved=wins, **self.gate.postfix())
+                self._postfix(bar, epoch)
         finally:
             bar.close()
+        log.info("%s", self.tally.epoch_line(epoch, self.s.epochs))
         return Checkpoint(epoch, todo[-1])
 
     # ------------------------------------------------------------ transfer eval
@@ -364,6 +382,9 @@ class Runner:
                 errored += self.gate.after_batch(records, epoch=epoch, batch=b, errored_before=errored,
                                                  epoch_size=total)
                 with self.gate.committing():
+                    with writing(self.run_dir.memories, "the memory texts"):
+                        self.commit_log.write_texts(
+                            {"texts": memory_texts(item.injected for _, item in outs)})
                     with writing(self.eval_path, "the evaluation records"):
                         append_jsonl(self.eval_path, [json.dumps(r, ensure_ascii=False, sort_keys=True)
                                                       for r in records])

@@ -12,6 +12,7 @@ import pytest
 from tiny_env import INTENTS, TinyEnv, reply
 
 from memrl.cli.bank import main as bank_main
+from memrl.banklog import BankHistory
 from memrl.cli.bank import merge_entries, q_per_epoch, top_entries
 from memrl.embed import HashingEmbedder
 from memrl.llm.client import LLMClient
@@ -153,21 +154,31 @@ def test_top_ranks_by_q_then_visits(tmp_path, capsys):
     assert "no such run directory" in capsys.readouterr().err
 
 
-def test_hist_rebuilds_bank_q_at_the_end_of_every_epoch(tmp_path, capsys):
+def test_hist_gives_bank_q_at_the_end_of_every_epoch(tmp_path, capsys):
+    """From the bank-update log when the run has one; rebuilt from the records and the final
+    bank for a run from before the log (the same numbers for MemRL), and it says which."""
     run = tmp_path / "run"
     snaps: list = []
     train(run, epochs=4, snapshots=snaps)
     records = list(iter_jsonl(RunDir(run).episodes))
-    data = q_per_epoch(records, read_entries(resolve(run)))
-    assert data["epochs"] == [1, 2, 3, 4]
-    for ep, snap in enumerate(snaps, 1):  # what the bank really held after each epoch
-        assert sorted(data["bank"][ep]) == pytest.approx(sorted(e["q"] for e in snap))
-    assert len(set(map(tuple, (sorted(v) for v in data["bank"].values())))) > 1  # Q moved
-    assert data["injected"][1] == [m["q"] for r in records if r["epoch"] == 1 for m in r["injected"]]
+    logged = q_per_epoch(records, BankHistory.read(run))
+    rebuilt = q_per_epoch(records, None, read_entries(resolve(run)))
+    assert (logged["source"], rebuilt["source"]) == ("bank_updates", "rebuilt")
+    for data in (logged, rebuilt):
+        assert data["epochs"] == [1, 2, 3, 4]
+        for ep, snap in enumerate(snaps, 1):  # what the bank really held after each epoch
+            assert sorted(data["bank"][ep]) == pytest.approx(sorted(e["q"] for e in snap))
+        assert len(set(map(tuple, (sorted(v) for v in data["bank"].values())))) > 1  # Q moved
+        assert data["injected"][1] == [m["q"] for r in records if r["epoch"] == 1 for m in r["injected"]]
     assert bank_main(["hist", str(run), "--bins", "5", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
+    assert out["source"] == "bank_updates"
     assert [r["n"] for r in out["bank"]] == [len(s) for s in snaps]
     assert all(sum(r["counts"]) == r["n"] for r in out["bank"] + out["injected"])
+    RunDir(run).bank_updates.unlink()  # an old run
+    assert bank_main(["hist", str(run), "--bins", "5"]) == 0
+    text = capsys.readouterr().out
+    assert "rebuilt from the episode records" in text and "bank_updates.jsonl" in text
 
 
 def test_copy_for_another_model_records_provenance(tmp_path, capsys):

@@ -331,22 +331,42 @@ def test_epoch_metrics_selects_this_epoch():
 
 
 class FakeWandb:
-    """Stands in for the wandb module: records init kwargs and logged rows."""
+    """Stands in for the wandb module: records init kwargs, logged rows and artifacts."""
 
     def __init__(self):
-        self.inits, self.logged, self.finished = [], [], []
+        self.inits, self.logged, self.finished, self.artifacts = [], [], [], []
 
     class Settings(dict):
         def __init__(self, **kw):
             super().__init__(**kw)
+
+    class Histogram:
+        def __init__(self, values):
+            self.values = list(values)
+
+    class Table:
+        def __init__(self, columns, data):
+            self.columns, self.data = columns, data
+
+    class Artifact:
+        def __init__(self, name, type, description=""):
+            self.name, self.type, self.dirs = name, type, []
+
+        def add_dir(self, path, name=None):
+            self.dirs.append((name, path))
 
     def init(self, **kw):
         self.inits.append(kw)
         fake = self
 
         class Run:
+            id = kw.get("id")
+
             def log(self, row, step):
                 fake.logged.append((step, row))
+
+            def log_artifact(self, art):
+                fake.artifacts.append(art)
 
             def finish(self, exit_code=0):
                 fake.finished.append(exit_code)
@@ -368,7 +388,10 @@ def test_wandb_logger_offline_by_default_and_online_needs_key(tmp_path: Path, mo
     assert kw["mode"] == "offline" and kw["dir"] == str(tmp_path / "r") and kw["group"] == "alfworld/memrl"
     lg.log_epoch({"sr": [0.5], "csr_curve": [0.5]}, 1)
     lg.finish("interrupted")
-    assert fake.logged == [(1, {"epoch": 1.0, "sr": 0.5, "csr": 0.5})] and fake.finished == [1]
+    assert fake.finished == [1]
+    ((step, row),) = fake.logged
+    assert step == 1 and {k: row[k] for k in ("epoch", "sr", "csr")} == {"epoch": 1.0, "sr": 0.5, "csr": 0.5}
+    assert row["episodes"].data == []  # no episode in this run directory
     # resumed: the same wandb run id
     make_epoch_logger({"name": "wandb"}, run_dir=tmp_path / "r", config=cfg, wandb_module=fake)
     assert fake.inits[1]["id"] == kw["id"]

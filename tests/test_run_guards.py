@@ -276,9 +276,11 @@ def test_a_response_cache_on_a_full_disk_stops_the_run_and_counts_what_was_paid(
     assert not [r for r in read_episodes(RunDir(run_dir).episodes) if r.errors]
     c = card(run_dir)
     assert c["status"] == "failed" and "the disk is full" in c["error"]
-    # every paid response is counted: the committed episodes' two calls each, the preflight,
-    # and the one the cache could not keep
-    assert c["llm_totals"]["calls"] >= 2 * len(read_episodes(RunDir(run_dir).episodes)) + 2
+    # every paid response is counted: the committed episodes' two calls each and the
+    # preflight; the write that found the disk full was either a request's prompt (before
+    # its call: nothing paid) or an answer (paid and counted; both cases pinned in
+    # test_a_cache_write_that_fails_counts_exactly_what_was_paid)
+    assert c["llm_totals"]["calls"] >= 2 * len(read_episodes(RunDir(run_dir).episodes)) + 1
     for name in ("llm.sqlite", "llm.sqlite-wal"):
         if (disk / name).exists():
             shutil.copy(disk / name, tmp_path / name)
@@ -334,6 +336,37 @@ def test_chroma_on_a_full_disk_says_the_disk_is_full(tmpfs):
             with writing(disk / "bank", "the memory bank", any_error=True):
                 bank.apply(BankUpdate(add=entries))
     assert str(disk / "bank") in str(info.value) and "the disk is full" in str(info.value)
+
+
+@pytest.mark.parametrize("fails", ["put_request", "put"])
+def test_a_cache_write_that_fails_counts_exactly_what_was_paid(tmp_path, fails):
+    """The prompt store is written before the model is asked, the answer after: a storage
+    failure on the first costs nothing (the model is not called), on the second the paid
+    answer is counted; either way the run's tripwire names the cache and later calls fail
+    without reaching the model."""
+    from memrl.guards import STORAGE, Tripwire
+    from memrl.llm.base import LLMError, LLMRequest
+    from memrl.llm.cache import ResponseCache
+    from memrl.storage import StorageError
+
+    class FullCache(ResponseCache):
+        def _full(self, *a, **kw):
+            raise StorageError(self.path, "the disk is full", "the LLM response cache")
+
+    cache = FullCache(tmp_path / "llm.sqlite")
+    setattr(cache, fails, cache._full)
+    backend = ScriptedBackend(lambda r: "ok", model_id="scripted")
+    client = LLMClient(backend, cache=cache, max_retries=0, tripwire=Tripwire())
+    request = LLMRequest(messages=(("user", "hello"),), max_tokens=8)
+    with pytest.raises(LLMError, match="the disk is full"):
+        client.complete(request)
+    paid = 1 if fails == "put" else 0
+    assert backend.calls == paid and client.totals()["calls"] == paid
+    assert client.tripwire.tripped.kind == STORAGE
+    with pytest.raises(LLMError, match="not called"):
+        client.complete(request)
+    assert backend.calls == paid
+    cache.close()
 
 
 # ------------------------------------------------------------------------------ runner level

@@ -77,7 +77,8 @@ class AlfworldEnv(Env):
     description plus the task sentence), cache_dir (the per-game intent cache), prompts_file
     and demo_index / num_demos (the ReAct demonstrations), max_tokens (per action reply).
     Agents: "react" (an LLM) or "expert" (ALFWorld's handcoded expert, no LLM).
-    `show_progress`: a progress bar while intents are computed.
+    `show_progress`: a progress bar while intents are computed, only on a terminal (tqdm's
+    `disable=None`, as `runner.progress: auto`), so a batch job's log holds no bar redraws.
     """
 
     name = "alfworld"
@@ -161,7 +162,8 @@ class AlfworldEnv(Env):
             return
         from tqdm import tqdm
 
-        bar = tqdm(todo, desc=f"alfworld {self.s.split}: reading task intents", disable=not self.show_progress)
+        bar = tqdm(todo, desc=f"alfworld {self.s.split}: reading task intents",
+                   disable=None if self.show_progress else True)
         try:
             for n, (entry, digest) in enumerate(bar, 1):
                 with AlfworldGame(str(entry.game_file), max_env_steps=1) as game:

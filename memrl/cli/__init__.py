@@ -4,7 +4,10 @@
     memrl report RUNS... --out DIR       tables and figures across runs (memrl/cli/report.py)
     memrl metrics RUN_DIR                a run's metrics (memrl/cli/metrics.py)
     memrl bank top|hist|export|import|merge|copy ...   memory banks (memrl/cli/bank.py)
-    memrl cache stats|clear|path         the cache folder (memrl/cli/cache.py)
+    memrl status DIR...                  every run under the folders: status, epochs, Last, spend (memrl/status.py)
+    memrl view RUN_OR_SWEEP... [--out F] one self-contained HTML page of the runs (memrl/view/)
+    memrl export inspect RUN... [--out D]   Inspect AI eval logs, for `inspect view` (memrl/export/)
+    memrl cache stats|clear|path|prompt  the cache folder; a model call's prompt (memrl/cli/cache.py)
     memrl keys [--hydra]                 which config keys do not change results (memrl/cli/keys.py)
     memrl plan [-m] [HYDRA OVERRIDES...] calls, tokens, cost, wall time before a run (memrl/plan.py)
     memrl db up|down|status              the Lifelong-DB MariaDB server (memrl_envs.lifelong.db_server)
@@ -52,6 +55,9 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "report": _tool("memrl.cli.report"),
     "metrics": _tool("memrl.cli.metrics"),
     "bank": _tool("memrl.cli.bank"),
+    "status": _tool("memrl.status"),
+    "view": _tool("memrl.view"),
+    "export": _tool("memrl.export"),
     "cache": _tool("memrl.cli.cache"),
     "keys": _tool("memrl.cli.keys"),
     "plan": _tool("memrl.plan"),

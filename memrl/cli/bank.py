@@ -1,7 +1,8 @@
 """Bank tools: `memrl bank <command> ...` (also `python -m memrl.cli bank ...`).
 
     top    RUN_OR_BANK [-n 10]          entries with the highest Q
-    hist   RUN [--bins 10]              Q histograms per epoch (see `q_per_epoch`)
+    hist   RUN [--bins 10]              Q histograms per epoch: the bank's, from its
+                                        bank_updates.jsonl, and the injected memories'
     export RUN_OR_BANK OUT.jsonl        every entry with id, intent, experience, Q, metadata,
                                         embedding (+ OUT.jsonl.meta.json: embedder, model, ...)
     import IN.jsonl BANK_DIR            a new bank directory from an export
@@ -39,6 +40,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from memrl.banklog import BankHistory
 from memrl.memory.bank import BankSettings, ChromaBank
 from memrl.memory.bankio import (BankSource, BankSourceError, check_dims, check_unique_ids,
                                  fingerprint, read_entries, renamed, resolve, write_entries,
@@ -120,10 +122,37 @@ def cmd_top(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------ hist
-def q_per_epoch(records: list[dict[str, Any]], entries: list[MemoryEntry]) -> dict[str, Any]:
-    """Q distributions per epoch from what a run keeps: its episode records and its final bank.
+def q_per_epoch(records: list[dict[str, Any]], history: BankHistory | None = None,
+                entries: list[MemoryEntry] | None = None) -> dict[str, Any]:
+    """Q distributions per epoch: `bank[e]`, the Q of every memory in the bank at the end of
+    epoch e, and `injected[e]`, the Q of every memory injected in epoch e as recorded at
+    retrieval (one value per injection). `source` says where `bank` came from:
 
-    A bank stores only each memory's current Q, so the per-epoch picture is rebuilt:
+    - "bank_updates": replayed from the run's bank-update log (memrl.banklog), exact, when
+      the log covers every committed batch (every run since the log exists);
+    - "rebuilt": a run from before the log (or resumed into it) keeps only its final bank,
+      so `bank` is rebuilt from the episode records and the final bank `entries`
+      (`rebuild_bank_q`).
+    """
+    epochs = sorted({int(r["epoch"]) for r in records})
+    injected: dict[int, list[float]] = defaultdict(list)
+    for r in records:
+        for m in r.get("injected") or []:
+            injected[int(r["epoch"])].append(float(m["q"]))
+    if history is not None and history.covers(records):
+        at_end = history.q_at_epoch_end()
+        bank = {ep: sorted(at_end.get(ep, {}).values()) for ep in epochs}
+        source = "bank_updates"
+    else:
+        bank = rebuild_bank_q(records, entries or [])
+        source = "rebuilt"
+    return {"epochs": epochs, "bank": bank, "source": source,
+            "injected": {ep: injected.get(ep, []) for ep in epochs}}
+
+
+def rebuild_bank_q(records: list[dict[str, Any]], entries: list[MemoryEntry]) -> dict[int, list[float]]:
+    """The bank's Q per epoch of a run without a bank-update log, from its episode records
+    and its final bank. A bank stores only each memory's current Q, so it is rebuilt:
     - `injected[e]`: the Q of every memory injected in epoch e, as recorded at retrieval
       (before that batch's update; one value per injection);
     - `bank[e]`: the Q of every memory in the bank at the end of epoch e. A memory's Q changes
@@ -135,11 +164,9 @@ def q_per_epoch(records: list[dict[str, Any]], entries: list[MemoryEntry]) -> di
       epoch e counts from epoch e on; memories seeded by `init_from` from epoch 0.
     """
     epochs = sorted({int(r["epoch"]) for r in records})
-    injected: dict[int, list[float]] = defaultdict(list)
     later: dict[str, list[tuple[int, float]]] = defaultdict(list)  # id -> [(epoch, q)] in order
     for r in records:
         for m in r.get("injected") or []:
-            injected[int(r["epoch"])].append(float(m["q"]))
             later[str(m["id"])].append((int(r["epoch"]), float(m["q"])))
     bank: dict[int, list[float]] = {}
     for ep in epochs:
@@ -151,7 +178,7 @@ def q_per_epoch(records: list[dict[str, Any]], entries: list[MemoryEntry]) -> di
             nxt = next((q for (ie, q) in later.get(e.memory_id, []) if ie > ep), None)
             values.append(e.q if nxt is None else nxt)
         bank[ep] = values
-    return {"epochs": epochs, "bank": bank, "injected": {ep: injected.get(ep, []) for ep in epochs}}
+    return bank
 
 
 def _hist_rows(per_epoch: dict[int, list[float]], edges: np.ndarray) -> list[dict[str, Any]]:
@@ -179,8 +206,11 @@ def cmd_hist(args: argparse.Namespace) -> int:
     if not episodes.exists():
         raise BankSourceError(f"{run}: no {episodes.name} (hist needs a run directory)")
     records = list(iter_jsonl(episodes))
-    src, entries = _load(str(run), args.collection)
-    data = q_per_epoch(records, entries)
+    history = BankHistory.read(run)
+    entries: list[MemoryEntry] = []
+    if not history.covers(records):
+        src, entries = _load(str(run), args.collection)
+    data = q_per_epoch(records, history, entries)
     values = [q for vs in list(data["bank"].values()) + list(data["injected"].values()) for q in vs]
     lo, hi = (min(values), max(values)) if values else (-1.0, 1.0)
     if args.range:
@@ -191,11 +221,18 @@ def cmd_hist(args: argparse.Namespace) -> int:
     bank_rows = _hist_rows(data["bank"], edges)
     inj_rows = _hist_rows(data["injected"], edges)
     if args.json:
-        print(json.dumps({"edges": edges.tolist(), "bank": bank_rows, "injected": inj_rows}, indent=2))
+        print(json.dumps({"edges": edges.tolist(), "source": data["source"], "bank": bank_rows,
+                          "injected": inj_rows}, indent=2))
         return 0
-    print(f"{run}: {len(records)} episodes, {len(entries)} memories in the final bank")
-    _print_hist("Q of the memories in the bank at the end of each epoch (rebuilt from the "
-                "episode records; see q_per_epoch):", bank_rows, edges)
+    final = bank_rows[-1]["n"] if bank_rows else 0
+    print(f"{run}: {len(records)} episodes, {final} memories in the bank at the end")
+    if data["source"] == "bank_updates":
+        how = f"from {RunDir.BANK_UPDATES}, the log of every commit"
+    else:
+        how = (f"rebuilt from the episode records and the final bank: this run has no complete "
+               f"{RunDir.BANK_UPDATES} (it started before the log existed); memories deleted "
+               "during the run are missing")
+    _print_hist(f"Q of the memories in the bank at the end of each epoch ({how}):", bank_rows, edges)
     _print_hist("Q of injected memories at retrieval time (one value per injection):",
                 inj_rows, edges)
     return 0

@@ -4,6 +4,8 @@
     clear TARGET --yes         delete one cache (a target `stats` lists); without --yes it
                                only says what would be deleted
     path [TARGET]              the cache folder, or where one cache lives (e.g. `path mariadb`)
+    prompt KEY [--json]        the prompt and the answer of one model call, by the key an
+                               episode record lists for it (`model_calls[].key`)
 
 The folder is $MEMRL_CACHE_DIR, else ~/.cache/memrl (`--dir` for another one); memrl/cache.py
 says what each cache is and how to move an older checkout's runs/.cache here.
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from memrl import cache
+from memrl.errors import cli_exit
 
 
 def _db_live(path: Path) -> bool:
@@ -74,6 +77,37 @@ def cmd_path(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prompt(args: argparse.Namespace) -> int:
+    from memrl.llm.cache import ResponseCache
+
+    root = args.dir or cache.default_cache_dir()
+    path = root / cache.LLM_CACHE
+    if not path.is_file():
+        raise cache.CacheError(f"no response cache at {path}")
+    rc = ResponseCache(path)
+    try:
+        found = rc.lookup(args.key)
+    finally:
+        rc.close()
+    if found["request"] is None and found["response"] is None:
+        raise cache.CacheError(f"{args.key}: not in {path}")
+    if args.json:
+        print(json.dumps(found, indent=2, ensure_ascii=False))
+        return 0
+    req, resp = found["request"], found["response"]
+    if req is None:
+        print("(the prompt was not kept: the answer was cached before the cache kept prompts)")
+    else:
+        print(f"model {req.get('model')}  max_tokens {req.get('max_tokens')}  "
+              f"temperature {req.get('temperature')}  stop {req.get('stop')}")
+        for role, content in req.get("messages", []):
+            print(f"--- {role}")
+            print(content if isinstance(content, str) else json.dumps(content, ensure_ascii=False))
+    print("--- answer")
+    print("(no answer cached: the call failed)" if resp is None else resp["text"])
+    return 0
+
+
 def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -90,16 +124,16 @@ def parser(prog: str) -> argparse.ArgumentParser:
     sp = sub.add_parser("path", help="where the cache folder, or one cache, is")
     sp.add_argument("target", nargs="?", default=None)
     sp.set_defaults(fn=cmd_path)
+    sp = sub.add_parser("prompt", help="the prompt and answer of one model call")
+    sp.add_argument("key", help="a model call's key (an episode record's model_calls[].key)")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_prompt)
     return p
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "memrl cache") -> int:
     args = parser(prog).parse_args(argv)
-    try:
-        return int(args.fn(args))
-    except cache.CacheError as exc:
-        print(f"memrl: {exc}", file=sys.stderr)
-        return 2
+    return cli_exit(lambda: args.fn(args), cache.CacheError, 2, prefix="memrl")
 
 
 if __name__ == "__main__":

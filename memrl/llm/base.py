@@ -119,6 +119,7 @@ class LLMResponse:
     cost_usd: float = 0.0
     cached: bool = False
     model: str = ""
+    key: str = ""  # the request's cache key (memrl.llm.cache.request_key), set by the client
 
 
 class Backend(Protocol):
@@ -147,7 +148,10 @@ class UnsupportedContentError(LLMError):
 
 @dataclass
 class UsageMeter:
-    """Counts one episode's (or one writer's) model use."""
+    """Counts one episode's (or one writer's) model use, and lists its calls in order:
+    `model_calls` = [{"purpose", "key"}] (plus `"failed": true` for a call that failed), the
+    key being the request's cache key, under which the response cache keeps the prompt and
+    the answer (memrl.llm.cache)."""
 
     calls: int = 0
     cache_hits: int = 0
@@ -155,13 +159,19 @@ class UsageMeter:
     completion_tokens: int = 0
     cost_usd: float = 0.0
     errors: list[str] = field(default_factory=list)
+    model_calls: list[dict[str, Any]] = field(default_factory=list)
 
-    def add(self, resp: LLMResponse) -> None:
+    def add(self, resp: LLMResponse, purpose: str = "") -> None:
         self.calls += 1
         self.cache_hits += int(resp.cached)
         self.prompt_tokens += resp.prompt_tokens
         self.completion_tokens += resp.completion_tokens
         self.cost_usd += resp.cost_usd
+        self.model_calls.append({"purpose": purpose, "key": resp.key})
+
+    def add_failure(self, purpose: str, key: str, error: str) -> None:
+        self.errors.append(f"{purpose}: {error}")
+        self.model_calls.append({"purpose": purpose, "key": key, "failed": True})
 
     def tokens(self) -> dict[str, int]:
         return {"prompt": self.prompt_tokens, "completion": self.completion_tokens}

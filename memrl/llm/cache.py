@@ -21,6 +21,13 @@ ends, answered or failed; a claim whose process is gone (same host, pid not aliv
 than `CLAIM_LEASE_S` is taken over, so a killed run never blocks another. Within one process
 the client deduplicates with an event per key, before any claim is made.
 
+The prompt store: beside each response the cache keeps the request it answered (the key's
+own payload, `request_payload`, zlib-compressed, in a second table), so the key an episode
+record lists for each model call (`model_calls[].key`) finds the prompt as well as the
+answer (`ResponseCache.lookup`, `memrl cache prompt KEY`). A request is stored when it is
+first asked, before the model answers, so a call that failed keeps its prompt too; an older
+cache learns the prompts of its hits as they are asked again.
+
 A cache file that cannot be opened, read or written (a full disk, a read-only file system,
 a corrupt file) raises `memrl.storage.StorageError` naming the file and the cause.
 """
@@ -35,7 +42,9 @@ import sqlite3
 import threading
 import time
 import uuid
+import zlib
 from pathlib import Path
+from typing import Any
 
 from memrl.llm.base import Content, ImagePart, LLMRequest, LLMResponse
 from memrl.lock import pid_alive
@@ -48,6 +57,7 @@ _CLAIMS = ("CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT 
 # a claim older than this is taken over even if its process seems alive (another host, a
 # reused pid): longer than any one call with its retries is expected to take
 CLAIM_LEASE_S = 900.0
+_REQUESTS = "CREATE TABLE IF NOT EXISTS requests (key TEXT PRIMARY KEY, request BLOB NOT NULL)"
 
 
 def _key_content(content: Content) -> object:
@@ -61,9 +71,10 @@ def _key_content(content: Content) -> object:
     ]
 
 
-def request_key(model_id: str, request: LLMRequest) -> str:
-    """Stable sha256 hex digest identifying one (model, request) answer."""
-    payload: dict[str, object] = {
+def request_payload(model_id: str, request: LLMRequest) -> dict[str, Any]:
+    """Everything of a request that can change its answer, as plain JSON (what the key
+    hashes, and what the prompt store keeps)."""
+    payload: dict[str, Any] = {
         "model": model_id,
         "messages": [[role, _key_content(content)] for role, content in request.messages],
         "max_tokens": request.max_tokens,
@@ -76,8 +87,17 @@ def request_key(model_id: str, request: LLMRequest) -> str:
         payload["sample_id"] = request.sample_id
     if request.response_format is not None:
         payload["response_format"] = request.response_format
+    return payload
+
+
+def payload_key(payload: dict[str, Any]) -> str:
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def request_key(model_id: str, request: LLMRequest) -> str:
+    """Stable sha256 hex digest identifying one (model, request) answer."""
+    return payload_key(request_payload(model_id, request))
 
 
 WHAT = "the LLM response cache"
@@ -103,7 +123,9 @@ class ResponseCache:
                 self._conn.execute("PRAGMA synchronous=NORMAL")
                 self._conn.execute(_SCHEMA)
                 self._conn.execute(_CLAIMS)
+                self._conn.execute(_REQUESTS)
                 self._conn.commit()
+        self._stored: set[str] = set()  # keys whose request this process knows is stored
 
     def get(self, key: str) -> LLMResponse | None:
         with writing(self.path, WHAT, hint=HINT, verb="read"), self._lock:
@@ -180,6 +202,35 @@ class ResponseCache:
         with writing(self.path, WHAT, hint=HINT), self._lock:
             self._conn.execute("DELETE FROM claims WHERE key = ? AND owner = ?", (key, self.owner))
             self._conn.commit()
+
+    # ------------------------------------------------------------------ the prompt store
+    def put_request(self, key: str, payload: dict[str, Any]) -> None:
+        """Keep the request behind `key` (once; a request already stored is left alone)."""
+        if key in self._stored:
+            return
+        blob = zlib.compress(json.dumps(payload, ensure_ascii=False, sort_keys=True).encode("utf-8"))
+        with writing(self.path, WHAT, hint=HINT), self._lock:
+            if self._conn.execute("SELECT 1 FROM requests WHERE key = ?", (key,)).fetchone() is None:
+                self._conn.execute("INSERT OR IGNORE INTO requests (key, request) VALUES (?, ?)",
+                                   (key, blob))
+                self._conn.commit()
+            self._stored.add(key)
+
+    def get_request(self, key: str) -> dict[str, Any] | None:
+        """The request payload stored for `key` (model, messages, sampling), or None."""
+        with writing(self.path, WHAT, hint=HINT, verb="read"), self._lock:
+            row = self._conn.execute("SELECT request FROM requests WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(zlib.decompress(row[0]).decode("utf-8"))
+
+    def lookup(self, key: str) -> dict[str, Any]:
+        """What the cache knows of one model call: {"key", "request" (or None), "response"
+        (text, tokens, cost, model; or None)}."""
+        resp = self.get(key)
+        return {"key": key, "request": self.get_request(key),
+                "response": None if resp is None else {
+                    "text": resp.text, "prompt_tokens": resp.prompt_tokens,
+                    "completion_tokens": resp.completion_tokens, "cost_usd": resp.cost_usd,
+                    "model": resp.model}}
 
     def __len__(self) -> int:
         with self._lock:

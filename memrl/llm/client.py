@@ -7,7 +7,8 @@ Interface contract:
     resp = client.complete(LLMRequest(...))   # cached, retried, counted
     ep = client.episode(sample_prefix="seed0/e1/task-id", seed=123)
     text = ep.complete("prompt text" or [(role, content), ...], purpose="act", stop=("\\n",))
-    ep.meter -> UsageMeter for this episode; client.totals() -> dict for the run card
+    ep.meter -> UsageMeter for this episode (each call's purpose and cache key in
+                `model_calls`); client.totals() -> dict for the run card
 
 Every failure of the backend (after retries for transient errors, at once for the others)
 surfaces as `LLMError`, with the backend's exception as `__cause__`. Waits between tries grow
@@ -81,7 +82,7 @@ from memrl.llm.base import (
     has_images,
 )
 from memrl.guards import MODEL, STORAGE, Tripwire
-from memrl.llm.cache import ResponseCache, request_key
+from memrl.llm.cache import ResponseCache, payload_key, request_payload
 from memrl.llm.ratelimit import ConcurrencyLimiter
 from memrl.storage import StorageError
 
@@ -274,7 +275,14 @@ class LLMClient:
         return bool(getattr(self.backend, "supports_images", False))
 
     # -- one request --------------------------------------------------------------------
+    def key(self, request: LLMRequest) -> str:
+        """The request's cache key (memrl.llm.cache.payload_key of the request's payload for this backend's model
+        identity, `cache_identity`)."""
+        return payload_key(request_payload(self.cache_identity, request))
+
     def complete(self, request: LLMRequest) -> LLMResponse:
+        """The answer (cached, retried, counted); `resp.key` is the request's cache key. The
+        request itself is kept in the cache's prompt store before the model is asked."""
         if has_images(request.messages) and not self.supports_images:
             raise UnsupportedContentError(
                 f"{self.backend.model_id} takes text only, and this request holds an image; "
@@ -283,29 +291,32 @@ class LLMClient:
         trip = self.tripwire.tripped if self.tripwire is not None else None
         if trip is not None:
             raise LLMError(f"{self.backend.model_id}: not called, the run is stopping ({trip.message})")
-        key = request_key(self.cache_identity, request)
+        payload = request_payload(self.cache_identity, request)
+        key = payload_key(payload)
         if self.cache is not None:
             try:
+                self.cache.put_request(key, payload)
                 hit = self.cache.get(key)
             except StorageError as exc:
                 self._storage_failed(exc)
             if hit is not None:
-                return self._served(hit)
+                return self._served(hit, key)
             # one call per key at a time, in this process and across processes sharing the
             # cache: a caller that finds the key in flight waits for that answer instead
             shared, claimed = self._lead_or_wait(key)
             if shared is not None:
-                return self._served(shared)
+                return self._served(shared, key)
             try:
                 return self._call(request, key)
             finally:
                 self._end_flight(key, claimed)
         return self._call(request, key)
 
-    def _served(self, hit: LLMResponse) -> LLMResponse:
+    def _served(self, hit: LLMResponse, key: str) -> LLMResponse:
         with self._lock:
             self._totals["requests"] += 1
             self._totals["cache_hits"] += 1
+        hit.key = key
         return hit
 
     def _cached(self, key: str) -> LLMResponse | None:
@@ -390,6 +401,7 @@ class LLMClient:
             raise LLMError(message) from exc
         resp.cached = False
         resp.model = resp.model or self.backend.model_id
+        resp.key = key
         self._count(resp)  # paid for: counted before the cache may fail to keep it
         if self.cache is not None:
             try:
@@ -564,8 +576,8 @@ class EpisodeLLM:
             resp = self.client.complete(request)
         except LLMError as exc:
             with self._lock:
-                self.meter.errors.append(f"{purpose}: {exc}")
+                self.meter.add_failure(purpose, self.client.key(request), str(exc))
             raise
         with self._lock:
-            self.meter.add(resp)
+            self.meter.add(resp, purpose)
         return resp.text

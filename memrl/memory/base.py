@@ -113,6 +113,15 @@ class MemoryModule(ABC):
         """A comparable dump of the module's state (the bank), for tests and resume checks."""
         return []
 
+    def bank_state(self, ids: list[str] | None) -> dict[str, dict[str, Any]] | None:
+        """{id: {"q", "visits", "intent", "experience"}} of the bank's entries `ids` (None: every
+        entry), read for the bank-update log (memrl.banklog); None for a module without a bank."""
+        return None
+
+    def bank_size(self) -> int | None:
+        """How many entries the bank holds; None for a module without a bank."""
+        return None
+
     def close(self) -> None:
         return None
 
@@ -216,6 +225,14 @@ class BankedMemory(EntryMemory):
     def snapshot(self) -> list[dict[str, Any]]:
         return self.bank.snapshot()
 
+    def bank_state(self, ids: list[str] | None) -> dict[str, dict[str, Any]] | None:
+        entries = self.bank.iter_entries() if ids is None else self.bank.get(ids).values()
+        return {e.memory_id: {"q": float(e.q), "visits": int(e.visits), "intent": e.intent,
+                              "experience": e.experience} for e in entries}
+
+    def bank_size(self) -> int | None:
+        return self.bank.count()
+
 
 class FrozenMemory(MemoryModule):
     """A banked module with its bank frozen (`bank.frozen`): it retrieves (and selects) as
@@ -260,6 +277,12 @@ class FrozenMemory(MemoryModule):
 
     def snapshot(self) -> list[dict[str, Any]]:
         return self.inner.snapshot()
+
+    def bank_state(self, ids: list[str] | None) -> dict[str, dict[str, Any]] | None:
+        return self.inner.bank_state(ids)
+
+    def bank_size(self) -> int | None:
+        return self.inner.bank_size()
 
     def close(self) -> None:
         self.inner.close()

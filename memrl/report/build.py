@@ -7,15 +7,16 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from memrl.report.figures import (plot_curves, plot_forgetting, plot_param, plot_q_calibration,
-                                  plot_q_hist, plot_topk, safe_name)
+                                  plot_q_hist, plot_topk, runs_of, safe_name)
 from memrl.metrics import ZeroFail
 from memrl.report.grouping import REFERENCE, group_runs
 from memrl.report.readings import readings_markdown
 from memrl.report.runs import find_runs, load_run
-from memrl.report.series import (PARAM_FIGURES, injected_q_by_epoch, param_rows,
+from memrl.report.series import (PARAM_FIGURES, bank_q_by_epoch, injected_q_by_epoch, param_rows,
                                  q_calibration_rows, topk_rows)
 from memrl.report.tables import (comparison_rows, comparisons_markdown, table1_markdown,
                                  table1_rows, table2_markdown, table2_rows, write_csv)
+from memrl.runcard import identity_label
 from memrl.rundir import RunDir
 
 
@@ -85,13 +86,15 @@ def build_report(paths: Sequence[str | Path], out: str | Path, *, n_boot: int = 
     qrows = q_calibration_rows(groups, reference=reference)
     if any(r["bin"] != "none" and r["n_episodes"] for r in qrows):
         put("q_calibration.csv", write_csv(out / "q_calibration.csv", qrows))
-        put("q_calibration.png", plot_q_calibration(qrows, out / "q_calibration.png"))
+        mem = [g for g in train if g.memory == reference]
+        put("q_calibration.png", plot_q_calibration(qrows, out / "q_calibration.png",
+                                                    subtitle=runs_of(mem)))
     used: set[str] = set()
     for g in train:
         if g.memory != reference:
             continue
         for r in g.runs:
-            if not injected_q_by_epoch(r):
+            if not injected_q_by_epoch(r) and not bank_q_by_epoch(r):
                 continue
             stem = safe_name(f"{g.env}_{g.label}_seed{r.seed}")
             base, i = stem, 1
@@ -100,7 +103,8 @@ def build_report(paths: Sequence[str | Path], out: str | Path, *, n_boot: int = 
                 stem = f"{base}_{i}"
             used.add(stem)
             name = f"q_hist_{stem}.png"
-            put(name, plot_q_hist(r, f"{g.env} / {g.label} / seed {r.seed}: injected Q per epoch", out / name))
+            who = identity_label({**r.identity, "method": g.label})
+            put(name, plot_q_hist(r, f"{who}: Q per epoch", out / name))
 
     summary = {"runs": [str(r.path) for r in runs], "n_boot": n_boot, "boot_seed": seed,
                "reference": reference,

@@ -83,10 +83,7 @@ class Group:
 
     @property
     def label(self) -> str:
-        if not self.params:
-            return self.memory
-        inner = ", ".join(f"{short_key(k)}={_fmt_value(v)}" for k, v in self.params)
-        return f"{self.memory} ({inner})"
+        return series_label(self.memory, self.params)
 
     @property
     def seeds(self) -> list[int]:
@@ -101,6 +98,15 @@ class Group:
 
     def per_seed(self, fn: Callable[[Run], float | None]) -> list[float]:
         return [v for v in (fn(r) for r in self.runs) if v is not None]
+
+
+def series_label(memory: str, params: Sequence[tuple[str, Any]]) -> str:
+    """A method with its swept settings, e.g. `memrl (lam=0.5)`: the report's row label and
+    the MemRL page's series name."""
+    if not params:
+        return memory
+    inner = ", ".join(f"{short_key(k)}={_fmt_value(v)}" for k, v in params)
+    return f"{memory} ({inner})"
 
 
 def short_key(key: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from memrl.banklog import BankHistory
 from memrl.metrics import success_matrix
 from memrl.records import EpisodeRecord, read_episodes
 from memrl.rundir import RunDir
@@ -34,6 +35,8 @@ class Run:
     S: np.ndarray  # (E, N) success matrix over complete epochs
     warnings: list[str] = field(default_factory=list)
     eval_records: list[EpisodeRecord] = field(default_factory=list)  # transfer evaluation
+    model: str | None = None  # the run card's model id
+    history: BankHistory = field(default_factory=BankHistory)  # bank_updates.jsonl (may be empty)
 
     @property
     def env(self) -> str:
@@ -50,6 +53,13 @@ class Run:
     @property
     def mode(self) -> str:
         return str((self.config.get("runner") or {}).get("mode") or "train")
+
+    @property
+    def identity(self) -> dict[str, str]:
+        """env, method, model, seed (memrl.runcard.identity)."""
+        from memrl.runcard import identity
+
+        return identity(self.config, self.model)
 
     def final(self) -> dict[str, int]:
         """Final-epoch success per task id."""
@@ -95,4 +105,5 @@ def load_run(path: str | Path) -> Run | None:
         return None
     task_ids, epochs, S, notes = complete_matrix(records)
     return Run(path=path, config=card.get("config") or {}, records=records, task_ids=task_ids,
-               epochs=epochs, S=S, warnings=notes, eval_records=evals)
+               epochs=epochs, S=S, warnings=notes, eval_records=evals, model=card.get("model"),
+               history=BankHistory.read(rd))

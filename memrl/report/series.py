@@ -1,47 +1,66 @@
 """The numbers behind the report's figures (also written as CSV): per-epoch bands over
 seeds, Last / CSR against a swept parameter, the top-k grid, and the Q-value views.
 
+Curves (SR, CSR, forgetting per epoch): the mean over a group's seeds with a 95% Student-t
+interval over seeds when it has two or more; with one seed, a 95% bootstrap over tasks
+(memrl.report.stats.task_bootstrap). `curve_band` says which (`Band.how`).
+
 Q-value figures (MemRL runs, memory name ``memrl``).
 - Calibration (paper Fig. 7): each episode that had memories injected is placed by the mean
   Q of those memories (``injected[].q`` in the episode records: Q at retrieval time, before
   that episode's update); 10 equal-width bins over [min(-1, lowest Q), max(1, highest Q)];
-  the success rate per bin, pooled over the group's seeds and all epochs. Episodes with no
-  memory injected are a separate row ("none").
-- Histograms per epoch: the distribution of the injected memories' Q per epoch (one value
-  per injected memory per episode), i.e. the utilities of memories actually used -- not of
-  the whole bank, which is not recorded per epoch.
+  the success rate per bin with its episode count and 95% Wilson interval, pooled over the
+  group's seeds and all epochs. Episodes with no memory injected are a separate row ("none").
+- Histograms per epoch: the Q of every memory in the bank at the end of each epoch, from the
+  run's bank-update log (`bank_updates.jsonl`, memrl.banklog; absent for runs from before
+  it), and the Q of the injected memories per epoch (one value per injected memory per
+  episode, from the records), i.e. the utilities of the memories actually used.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from memrl.records import EpisodeRecord
+from memrl.metrics import Q_BINS, calibration, mean_injected_q, q_bins, wilson
 from memrl.report.grouping import (REFERENCE, Group, _fmt_value, _hashable, _sort_value, flatten,
                                    short_key)
 from memrl.report.runs import Run
-from memrl.report.stats import t_interval
+from memrl.report.stats import t_interval, task_bootstrap
 from memrl.report.tables import _csr, _last
 
 # Swept keys with a figure of their own: key -> output stem.
 PARAM_FIGURES = {"memory.lam": "lambda", "memory.alpha": "alpha"}
 TOPK_KEYS = ("memory.k1", "memory.k2")
-Q_BINS = 10
 
 
-def curve_band(g: Group, fn: Callable[[np.ndarray], list[float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-epoch mean, low, high over seeds (curves cut to the shortest run)."""
+class Band(NamedTuple):
+    """A curve's per-point mean, low and high, and `how`: which 95% interval low/high are."""
+
+    mean: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    how: str
+
+
+def curve_band(g: Group, fn: Callable[[np.ndarray], list[float]], *, n_boot: int = 2000,
+               seed: int = 0) -> Band:
+    """Per-epoch mean, low, high (curves cut to the shortest run): a Student-t interval over
+    seeds for two or more seeds, else a bootstrap over the one run's tasks."""
     curves = [fn(r.S) for r in g.runs]
     n = min(len(c) for c in curves)
     if n == 0:
-        return np.array([]), np.array([]), np.array([])
+        return Band(np.array([]), np.array([]), np.array([]), "")
     arr = np.array([c[:n] for c in curves], dtype=float)
-    stats = np.array([t_interval(arr[:, j]) for j in range(n)])
-    return stats[:, 0], stats[:, 1], stats[:, 2]
+    if len(g.runs) > 1:
+        stats = np.array([t_interval(arr[:, j]) for j in range(n)])
+        return Band(stats[:, 0], stats[:, 1], stats[:, 2], f"t over {len(g.runs)} seeds")
+    S = g.runs[0].S
+    lo, hi = task_bootstrap(S, lambda x: fn(x)[:n], n_boot=n_boot, seed=seed)
+    return Band(arr[0], lo, hi, f"1 seed: bootstrap over {S.shape[1]} tasks")
 
 
 def param_rows(groups: Sequence[Group], key: str) -> list[dict[str, Any]]:
@@ -86,53 +105,41 @@ def topk_rows(groups: Sequence[Group]) -> list[dict[str, Any]]:
     return rows
 
 
-def q_bins(values: Sequence[float], n_bins: int = Q_BINS) -> np.ndarray:
-    lo = min(-1.0, min(values)) if len(values) else -1.0
-    hi = max(1.0, max(values)) if len(values) else 1.0
-    return np.linspace(lo, hi, n_bins + 1)
-
-
-def _bin_index(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Bin i holds edges[i] <= v < edges[i+1]; the top edge belongs to the last bin."""
-    return np.clip(np.searchsorted(edges, values, side="right") - 1, 0, len(edges) - 2)
-
-
-def _mean_q(rec: EpisodeRecord) -> float | None:
-    qs = [m.get("q") for m in rec.injected or [] if isinstance(m, dict) and m.get("q") is not None]
-    return float(np.mean(qs)) if qs else None
-
-
 def q_calibration_rows(groups: Sequence[Group], *, reference: str = REFERENCE,
                        n_bins: int = Q_BINS) -> list[dict[str, Any]]:
-    """Success rate of episodes binned by the mean Q of their injected memories."""
+    """Success rate of episodes binned by the mean Q of their injected memories, with each
+    bin's episode count and 95% Wilson interval (memrl.metrics.calibration)."""
     mem = [g for g in groups if g.memory == reference and g.mode != "transfer"]
-    all_q = [q for g in mem for r in g.runs for rec in r.records if (q := _mean_q(rec)) is not None]
+    all_q = [q for g in mem for r in g.runs for rec in r.records if (q := mean_injected_q(rec)) is not None]
     edges = q_bins(all_q, n_bins)
     rows = []
     for g in mem:
         qs, ok, none_n, none_ok = [], [], 0, 0
         for r in g.runs:
             for rec in r.records:
-                q = _mean_q(rec)
+                q = mean_injected_q(rec)
                 if q is None:
                     none_n += 1
                     none_ok += int(bool(rec.success))
                 else:
                     qs.append(q)
-                    ok.append(int(bool(rec.success)))
-        idx = _bin_index(np.array(qs, dtype=float), edges) if qs else np.array([], dtype=int)
-        okv = np.array(ok, dtype=int)
-        for i in range(n_bins):
-            sel = idx == i
-            n = int(sel.sum())
-            rows.append({"benchmark": g.env, "method": g.label, "bin": i,
-                         "q_lo": float(edges[i]), "q_hi": float(edges[i + 1]),
-                         "n_episodes": n, "n_success": int(okv[sel].sum()) if n else 0,
-                         "success_rate": float(okv[sel].mean()) if n else math.nan})
+                    ok.append(bool(rec.success))
+        rows += [{"benchmark": g.env, "method": g.label, **row} for row in calibration(qs, ok, edges)]
+        _, lo, hi = wilson(none_ok, none_n)
         rows.append({"benchmark": g.env, "method": g.label, "bin": "none", "q_lo": math.nan,
                      "q_hi": math.nan, "n_episodes": none_n, "n_success": none_ok,
-                     "success_rate": none_ok / none_n if none_n else math.nan})
+                     "success_rate": none_ok / none_n if none_n else math.nan,
+                     "wilson_lo": lo, "wilson_hi": hi})
     return rows
+
+
+def bank_q_by_epoch(run: Run) -> dict[int, list[float]]:
+    """The Q of every memory in the bank at the end of each epoch, from the run's bank-update
+    log; {} for a run without a complete log (from before it)."""
+    if not run.history.covers(run.records):
+        return {}
+    ends = run.history.q_at_epoch_end()
+    return {e: sorted(ends[e].values()) for e in run.epochs if e in ends}
 
 
 def injected_q_by_epoch(run: Run) -> dict[int, list[float]]:

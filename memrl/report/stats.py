@@ -4,6 +4,12 @@
   seeds and a 95% Student-t interval, mean ± t(0.975, n-1)·s/√n with s the sample standard
   deviation of the per-seed values. One seed gives no interval (blank in CSV, "–" in
   Markdown). Intervals are not clipped to [0, 1].
+- One seed, a curve (SR / CSR / forgetting per epoch): a 95% percentile bootstrap over tasks
+  (`task_bootstrap`: the run's tasks resampled with replacement, the curve recomputed on
+  each draw), which says how much the curve depends on which tasks were drawn; the figure
+  says which interval it shows.
+- A proportion from one set of episodes (a per-run SR, a Q-calibration bin): the 95% Wilson
+  score interval (`wilson`), which stays inside [0, 1] and is honest at small n.
 - Method vs MemRL (comparisons): on the tasks both groups have, final-epoch success is
   averaged over each group's seeds per task; ``delta`` = MemRL − method of those per-task
   means (= the difference of the Last values on the common tasks). Its 95% interval is a
@@ -24,6 +30,8 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
+
+from memrl.metrics import wilson, z_quantile  # noqa: F401  (a per-run proportion's interval)
 
 LEVEL = 0.95
 EXACT_BELOW = 25  # McNemar: exact binomial when b + c < this
@@ -57,6 +65,21 @@ def t_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, fl
         return m, math.nan, math.nan
     half = t_quantile(0.5 + level / 2, x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
     return m, m - half, m + half
+
+
+def task_bootstrap(S: np.ndarray, curve: Any, *, n_boot: int = 2000, seed: int = 0,
+                   level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) per point of `curve(S)` (a function of an (epochs, tasks) success matrix)
+    over `n_boot` resamplings of the tasks (columns) with replacement."""
+    S = np.asarray(S)
+    rng = np.random.default_rng(seed)
+    draws = np.array([curve(S[:, rng.integers(0, S.shape[1], size=S.shape[1])])
+                      for _ in range(n_boot)], dtype=float)
+    if draws.ndim == 1 or draws.shape[1] == 0:
+        return np.array([]), np.array([])
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(draws, [tail, 100 - tail], axis=0)
+    return lo, hi
 
 
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000,

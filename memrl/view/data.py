@@ -1,0 +1,181 @@
+"""The numbers behind the MemRL page, one `RunView` per run directory, all from what the run
+recorded: its episode records, its bank-update log (memrl.banklog) and its memory texts
+(memrl.memtexts). Nothing is rebuilt from the final bank; a run from before the log simply
+has no bank panels (`RunView.has_log` is false) and the page says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from memrl.banklog import BankHistory
+from memrl.memtexts import read_texts
+from memrl.metrics import (calibration, csr_curve, forgetting_curve, mean_injected_q, q_bins,
+                           sr_curve, success_matrix)
+from memrl.records import EpisodeRecord, read_episodes
+from memrl.runcard import identity, identity_label
+from memrl.rundir import RunDir
+
+
+@dataclass
+class RunView:
+    rd: RunDir
+    ident: dict[str, str]
+    status: str
+    records: list[EpisodeRecord]
+    history: BankHistory
+    texts: dict[str, dict[str, str]]
+    config: dict[str, Any] = field(default_factory=dict)
+    task_ids: list[str] = field(default_factory=list)
+    epochs: list[int] = field(default_factory=list)
+    S: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+
+    @classmethod
+    def load(cls, run_dir: str | RunDir) -> "RunView":
+        rd = RunDir(run_dir)
+        card = json.loads(rd.card.read_text(encoding="utf-8"))
+        records = read_episodes(rd.episodes)
+        view = cls(rd=rd, ident=identity(card.get("config") or {}, card.get("model")),
+                   status=str(card.get("status") or "?"), records=records,
+                   history=BankHistory.read(rd), texts=read_texts(rd.memories),
+                   config=card.get("config") or {})
+        if records:
+            view.task_ids, view.epochs, view.S = success_matrix(records, allow_missing=True)
+        return view
+
+    # ------------------------------------------------------------------ naming
+    @property
+    def label(self) -> str:
+        return identity_label(self.ident)
+
+    @property
+    def method(self) -> str:
+        return self.ident["method"]
+
+    @property
+    def has_log(self) -> bool:
+        return self.history.covers(self.records)
+
+    # ------------------------------------------------------------------ success
+    def grid(self) -> dict[str, Any]:
+        """Task × epoch: 1 success, 0 failure, -1 errored (an env, model or judge error),
+        None missing; with the outcome per cell for the hover text."""
+        cell: dict[tuple[str, int], EpisodeRecord] = {}
+        for r in self.records:
+            cell[(r.task_id, int(r.epoch))] = r
+        z, text = [], []
+        for t in self.task_ids:
+            row, trow = [], []
+            for e in self.epochs:
+                r = cell.get((t, e))
+                if r is None:
+                    row.append(None)
+                    trow.append("no record")
+                    continue
+                row.append(1 if r.success else (-1 if r.outcome.endswith("_error") else 0))
+                trow.append(f"{r.outcome} ({r.outcome_detail})" if r.outcome_detail else r.outcome)
+            z.append(row)
+            text.append(trow)
+        return {"tasks": self.task_ids, "epochs": self.epochs, "z": z, "text": text}
+
+    def curves(self) -> dict[str, list[float]]:
+        if not self.records:
+            return {"sr": [], "csr": [], "forgetting": []}
+        return {"sr": sr_curve(self.S), "csr": csr_curve(self.S), "forgetting": forgetting_curve(self.S)}
+
+    # ------------------------------------------------------------------ the bank
+    def x_of(self, epoch: int, batch: int) -> float:
+        """A commit's place on a continuous epoch axis: epoch e's batches spread over (e-1, e]."""
+        n = self.batches_per_epoch
+        return (epoch - 1) + (batch + 1) / n
+
+    @cached_property
+    def batches_per_epoch(self) -> int:
+        per: Counter[int] = Counter()
+        for e, _ in {(int(r.epoch), int(r.batch)) for r in self.records}:
+            per[e] += 1
+        return max(per.values(), default=1)
+
+    def bank_sizes(self) -> list[tuple[float, int]]:
+        return [(self.x_of(e, b), s) for e, b, s in self.history.sizes()]
+
+    def injections(self) -> Counter[str]:
+        return Counter(str(m["id"]) for r in self.records for m in r.injected)
+
+    def top_trajectories(self, k: int = 8) -> list[dict[str, Any]]:
+        """The Q trajectories of the k most-injected memories (from the bank-update log)."""
+        traj = self.history.trajectories()
+        out = []
+        for mid, n in self.injections().most_common():
+            if mid not in traj:
+                continue
+            pts = traj[mid]
+            out.append({"id": mid, "injected": n, "x": [self.x_of(e, b) for e, b, _ in pts],
+                        "q": [q for _, _, q in pts]})
+            if len(out) == k:
+                break
+        return out
+
+    def q_per_epoch(self) -> dict[int, list[float]]:
+        if not self.has_log:
+            return {}
+        ends = self.history.q_at_epoch_end()
+        return {e: sorted(ends[e].values()) for e in self.epochs if e in ends}
+
+    def calibration(self) -> list[dict[str, Any]]:
+        pairs = [(q, bool(r.success)) for r in self.records if (q := mean_injected_q(r)) is not None]
+        if not pairs:
+            return []
+        rows = calibration([q for q, _ in pairs], [ok for _, ok in pairs], q_bins([q for q, _ in pairs]))
+        return [r for r in rows if r["n_episodes"]]
+
+    # ------------------------------------------------------------------ one task's memories
+    def task_memories(self) -> dict[str, list[dict[str, Any]]]:
+        """Per task id: the memories its episodes wrote, each with its text, Q over time and
+        the episodes it was injected into (helped: the episode succeeded; hurt: it failed)."""
+        written: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        added = {str(a["id"]): a for line in self.history.lines for a in line.get("added") or []}
+        for r in self.records:
+            if r.written:
+                a = added.get(r.written, {})
+                t = self.texts.get(str(a.get("text")), {})
+                written[r.task_id].append({"id": r.written, "epoch": int(r.epoch),
+                                           "success": bool(r.success),
+                                           "kind": a.get("kind", ""),
+                                           "experience": t.get("experience"), "used": []})
+        by_id = {m["id"]: m for ms in written.values() for m in ms}
+        traj = self.history.trajectories()
+        removed = self.history.removed()
+        for r in self.records:
+            for m in r.injected:
+                mem = by_id.get(str(m["id"]))
+                if mem is None:
+                    continue
+                mem["used"].append({"task_id": r.task_id, "epoch": int(r.epoch), "batch": int(r.batch),
+                                    "q": m.get("q"), "sim": m.get("sim"),
+                                    "effect": "helped" if r.success else "hurt",
+                                    "outcome": r.outcome})
+        for mid, mem in by_id.items():
+            mem["q_path"] = [round(q, 4) for _, _, q in traj.get(mid, [])]
+            mem["removed"] = list(removed[mid]) if mid in removed else None
+            mem["helped"] = sum(u["effect"] == "helped" for u in mem["used"])
+            mem["hurt"] = sum(u["effect"] == "hurt" for u in mem["used"])
+        return dict(written)
+
+    def summary(self) -> dict[str, Any]:
+        c = self.curves()
+        errored = sum(1 for r in self.records if r.errors)
+        return {"run": self.label, "path": str(self.rd.root), "status": self.status,
+                "tasks": len(self.task_ids), "epochs": len(self.epochs),
+                "episodes": len(self.records), "errored": errored,
+                "last": c["sr"][-1] if c["sr"] else math.nan,
+                "csr": c["csr"][-1] if c["csr"] else math.nan,
+                "spend": sum(float(r.cost_usd or 0.0) for r in self.records),
+                "bank_log": self.has_log}
