@@ -183,7 +183,8 @@ def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float, float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return p, max(0.0, centre - half), min(1.0, centre + half)
+    # the interval holds p exactly (rounding can put centre - half a hair above 0 at k = 0)
+    return p, min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half))
 
 
 Q_BINS = 10

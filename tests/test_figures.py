@@ -45,6 +45,15 @@ def test_wilson_by_hand():
     assert wilson(0, 5)[1] == 0.0 and wilson(5, 5)[2] == 1.0 and math.isnan(wilson(0, 0)[1])
 
 
+@pytest.mark.parametrize("n", range(1, 40))
+def test_wilson_holds_the_proportion_at_both_ends(n):
+    # at k = 0 (n = 3, 6, 7, ...) and k = n rounding put the bound a hair past p, which made
+    # matplotlib refuse the calibration error bars as negative
+    for k in (0, n):
+        p, lo, hi = wilson(k, n)
+        assert lo <= p <= hi
+
+
 def test_task_bootstrap_covers_the_curve():
     S = np.array([[0, 1, 0, 1], [1, 1, 0, 1]])
     lo, hi = task_bootstrap(S, lambda x: list(x.mean(axis=1)), n_boot=500, seed=1)
