@@ -45,11 +45,33 @@ class LLMSettings(BaseModel):
     backoff_max: float = Field(60.0, ge=0.0)
     # accepts images: true/false; null = litellm's model list (litellm), false (local)
     vision: bool | None = None
+    # litellm: passed to litellm.completion as it is (e.g. {repeat_penalty: 1.0}); part of the
+    # model id, hence of the cache key
+    extra: dict[str, Any] = Field(default_factory=dict)
+    # local: completion (plain text continued; base models) | chat (the file's chat template)
+    mode: Literal["completion", "chat"] = "completion"
+    # local: keep the KV cache of the shared prompt prefix in whole aligned blocks (outputs are
+    # the same as without: memrl.llm.local); false = evaluate every prompt from scratch
+    reuse_prefix: bool = True
+    prefix_block: int = Field(64, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> "LLMSettings":
         if self.backend == "litellm" and not self.model:
             raise ValueError("a litellm backend needs `model` (e.g. openai/gpt-4o-mini)")
+        if self.extra and self.backend != "litellm":
+            raise ValueError("extra: settings passed to litellm; this backend is "
+                             f"{self.backend!r}")
+        if self.mode == "chat" and self.backend != "local":
+            raise ValueError("mode: chat/completion is chosen by the model prefix for litellm "
+                             "(openai/<m> chats, text-completion-openai/<m> continues text); "
+                             "`mode` is for backend=local")
+        if self.backend == "local" and self.model_path is None and self.model:
+            from memrl.llm.local_models import PACKAGED
+
+            if self.model not in PACKAGED:
+                raise ValueError(f"model: unknown embedded model {self.model!r}; known: "
+                                 f"{sorted(PACKAGED)} (or set model_path=<any .gguf>)")
         return self
 
 
@@ -66,9 +88,17 @@ class EmbedderSettings(BaseModel):
 
 
 class AgentSettings(BaseModel):
+    """The `agent` group. An agent that needs no LLM is an oracle (ALFWorld's expert, BCB's
+    canonical solution, the Lifelong / HLE gold answer): it does not read memories, so the
+    runner gives it none (`reads_memories`), and no memory's Q is updated by its episodes."""
+
     model_config = ConfigDict(extra="forbid")
     name: str
     needs_llm: bool = True
+
+    @property
+    def reads_memories(self) -> bool:
+        return self.needs_llm
 
 
 @dataclass

@@ -31,7 +31,9 @@ RESUME_EXEMPT = {("runner", "progress"), ("runner", "epochs"), ("runner", "metri
                  ("paths", "cache_dir"), ("env", "data_root"), ("env", "prompts_file"),
                  ("env", "data_path"), ("env", "server_dir"), ("env", "host"), ("env", "port"),
                  ("env", "socket"), ("env", "user"), ("env", "password_env"),
-                 ("llm", "backoff_base"), ("llm", "backoff_max")}
+                 ("llm", "backoff_base"), ("llm", "backoff_max"),
+                 # the embedded model's prefix reuse gives the same outputs as without it
+                 ("llm", "reuse_prefix"), ("llm", "prefix_block")}
 
 
 def comparable(config: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +118,8 @@ def execute(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
             logger.log_epoch(metrics or compute_metrics(load_run(run_dir)), epoch)
 
     runner = Runner(run_dir, env=objs.env, memory=objs.memory, llm=objs.llm, settings=v.runner,
-                    seed=v.seed, embed_intents=objs.embedder.embed, on_epoch_end=epoch_end)
+                    seed=v.seed, embed_intents=objs.embedder.embed, on_epoch_end=epoch_end,
+                    reads_memories=v.agent.reads_memories)
     status = "interrupted"
     freeze_startup_heap()
     try:

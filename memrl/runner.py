@@ -69,8 +69,12 @@ class Runner:
     def __init__(self, run_dir: str | Path, *, env: Any, memory: MemoryModule,
                  llm: LLMClient | None, settings: RunnerSettings, seed: int,
                  embed_intents: Callable[[list[str]], Any] | None = None,
-                 on_epoch_end: Callable[[int], None] | None = None):
+                 on_epoch_end: Callable[[int], None] | None = None,
+                 reads_memories: bool = True):
         self.dir = Path(run_dir)
+        # False for an oracle agent (it ignores memories): nothing is retrieved or injected,
+        # so its episodes update no memory's Q; they are still written as new memories
+        self.reads_memories = reads_memories
         self.env, self.memory, self.llm = env, memory, llm
         self.s, self.seed = settings, seed
         self.embed_intents = embed_intents
@@ -134,6 +138,9 @@ class Runner:
     # ------------------------------------------------------------------ episodes
     def _episode_seed(self, epoch: int, task: Task) -> int:
         return derive_seed(self.seed, epoch, task.task_id)
+
+    def _retrieve(self, task: Task, seed: int) -> list[RetrievedMemory]:
+        return self.memory.retrieve(task, seed=seed) if self.reads_memories else []
 
     def _play(self, epoch: int, batch: int, task: Task, memories: list[RetrievedMemory],
               learn: bool = True) -> tuple[EpisodeRecord, LearnItem]:
@@ -230,7 +237,7 @@ class Runner:
         wins = 0
         for b in todo:
             batch = batches[b]
-            memories = [self.memory.retrieve(t, seed=derive_seed(self.seed, "retrieve", epoch, t.task_id))
+            memories = [self._retrieve(t, derive_seed(self.seed, "retrieve", epoch, t.task_id))
                         for t in batch]
             outs = list(pool.map(lambda tm: self._play(epoch, b, tm[0], tm[1]), zip(batch, memories)))
             records = [asdict(r) for r, _ in outs]
@@ -268,7 +275,7 @@ class Runner:
         bar = self._progress(total, total - sum(len(batches[b]) for b in todo), f"eval after epoch {epoch}")
         for b in todo:
             batch = batches[b]
-            memories = [self.memory.retrieve(t, seed=derive_seed(self.seed, "eval-retrieve", epoch, t.task_id))
+            memories = [self._retrieve(t, derive_seed(self.seed, "eval-retrieve", epoch, t.task_id))
                         for t in batch]
             outs = list(pool.map(lambda tm: self._play(epoch, b, tm[0], tm[1], learn=False),
                                  zip(batch, memories)))

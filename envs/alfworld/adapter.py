@@ -13,6 +13,7 @@ from memrl.records import EpisodeResult, RetrievedMemory, Step, Task
 from . import catalog, speedups
 from .game import AlfworldGame, expert_rng_guard, seed_expert_rng, split_initial_observation
 from .prompts import (
+    INSTRUCTIONS,
     PROMPTS_FILENAME,
     build_prompt,
     default_prompts_file,
@@ -20,6 +21,7 @@ from .prompts import (
     is_think,
     load_demonstrations,
     parse_action,
+    resolve_style,
     select_demonstrations,
 )
 
@@ -44,9 +46,11 @@ class AlfworldEnv:
             sentence instead of the task sentence alone.
         cache_dir: where the per-game intent cache lives; default ``$MEMRL_CACHE_DIR``
             or ``~/.cache/memrl``.
-        prompts_file: ReAct demonstrations (keys ``react_<type>_<i>``); default
-            ``<data_root>/react_alfworld_3prompts.json``.
+        prompts_file: ReAct demonstrations (keys ``react_<type>_<i>`` and ``act_<type>_<i>``);
+            default ``<data_root>/react_alfworld_3prompts.json``.
         demo_index, num_demos: which demonstrations of the task's type go in the prompt.
+        demo_style: auto | react | act (see ``prompts``: auto = act-only demonstrations for
+            the embedded models, ReAct for the others).
         max_tokens, stop: generation settings of the action call.
         show_progress: show a progress bar while intents are computed.
     """
@@ -66,6 +70,7 @@ class AlfworldEnv:
         prompts_file: str | os.PathLike[str] | None = None,
         demo_index: int = 0,
         num_demos: int = 1,
+        demo_style: str = "auto",
         max_tokens: int = 128,
         stop: Sequence[str] = ("\n",),
         show_progress: bool = True,
@@ -90,18 +95,23 @@ class AlfworldEnv:
         speedups.set_disk_dir(self.cache.path.parent)  # PDDL translations, next to the game facts
         self.demo_index = demo_index
         self.num_demos = num_demos
+        self.demo_style = demo_style
+        resolve_style(demo_style, None)  # a bad value fails here, not in an episode
         self.max_tokens = max_tokens
         self.stop = tuple(stop)
         self.show_progress = show_progress
-        self._demos: dict[str, list[str]] = {}
+        self._demos: dict[tuple[str, str], list[str]] = {}  # (style, task type) -> demonstrations
         if agent == "react" and num_demos > 0:
             path = Path(prompts_file) if prompts_file is not None else default_prompts_file(self.data_root)
             if path is None or not path.is_file():
                 wanted = prompts_file or self.data_root / PROMPTS_FILENAME
                 raise ValueError(f"ReAct prompts file not found ({wanted}): pass prompts_file=..., or num_demos=0")
             all_demos = load_demonstrations(path)
-            for task_type in catalog.TASK_TYPES.values():
-                self._demos[task_type] = select_demonstrations(all_demos, task_type, demo_index, num_demos)
+            styles = ("react", "act") if demo_style == "auto" else (demo_style,)
+            for style in styles:
+                for task_type in catalog.TASK_TYPES.values():
+                    self._demos[(style, task_type)] = select_demonstrations(
+                        all_demos, task_type, demo_index, num_demos, style=style)
         self._tasks: list[Task] | None = None
         self._tasks_lock = threading.Lock()
 
@@ -205,18 +215,20 @@ class AlfworldEnv:
         env_steps = 0
         empty_actions = 0  # replies with no parseable action (empty or blank): a wasted step
         task_start = ""
+        style = resolve_style(self.demo_style, llm)
         game = AlfworldGame(str(entry.game_file), max_env_steps=self.max_steps, with_expert=expert)
         try:
             obs, infos = game.reset()
             task_start = format_task_start(*split_initial_observation(obs))
             if expert:
                 seed_expert_rng(seed)
-            demos = self._demos.get(entry.task_type, [])
+            demos = self._demos.get((style, entry.task_type), [])
             while not done and len(transcript) < self.max_steps:
                 if expert:
                     action = str(infos["extra.expert_plan"][0])
                 else:
-                    prompt = build_prompt(demos, memories, task_start, transcript)
+                    prompt = build_prompt(demos, memories, task_start, transcript,
+                                          instruction=INSTRUCTIONS[style])
                     try:
                         reply = llm.complete(prompt, purpose="act", max_tokens=self.max_tokens, stop=self.stop)
                     except LLMError as exc:
@@ -250,6 +262,7 @@ class AlfworldEnv:
                 "empty_actions": empty_actions,
                 "initial_observation": task_start,
                 "memories_injected": 0 if expert else len(memories),
+                **({} if expert else {"demo_style": style}),
             },
         )
 

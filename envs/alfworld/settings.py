@@ -23,6 +23,8 @@ class AlfworldSettings(BaseModel):
     prompts_file: str | None = None
     demo_index: int = Field(0, ge=0)
     num_demos: int = Field(1, ge=0)
+    # auto: act-only demonstrations for the embedded models, ReAct for the others
+    demo_style: Literal["auto", "react", "act"] = "auto"
     max_tokens: int = Field(64, ge=1, description="tokens per action reply")
     intent_with_observation: bool = False
     cache_dir: str | None = None

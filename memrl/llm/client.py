@@ -18,6 +18,10 @@ Images: message content may be a tuple of `TextPart`/`ImagePart` (or OpenAI-styl
 A request with an image for a backend whose `supports_images` is not true fails at once with
 `UnsupportedContentError` (an `LLMError`), before the cache or the backend is consulted.
 
+Logging: every retry is logged (logger `memrl.llm.client`, WARNING) when it happens, with
+the error (a timeout shows as one), the try number and the wait; so is a call that fails for
+good. The run card counts them too (`retries`, `failures`).
+
 Accounting: `client.totals()` counts what this process spent (backend calls, their tokens and
 cost; cache hits separately). A cached response keeps the tokens and cost recorded when it was
 first made, so an episode's `meter` reads the same on a replay as on the original run.
@@ -26,6 +30,7 @@ first made, so an episode's `meter` reads the same on a replay as on the origina
 from __future__ import annotations
 
 import email.utils
+import logging
 import random
 import threading
 import time
@@ -47,6 +52,8 @@ from memrl.llm.base import (
     has_images,
 )
 from memrl.llm.cache import ResponseCache, request_key
+
+log = logging.getLogger(__name__)
 
 # Exception class names (litellm's, and the openai SDK's they derive from) worth retrying.
 _TRANSIENT_NAMES = frozenset(
@@ -123,6 +130,11 @@ def retry_after_seconds(exc: BaseException) -> float | None:
     return None
 
 
+def _short(exc: BaseException | None, limit: int = 300) -> str:
+    text = " ".join(str(exc).split()) if exc is not None else ""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 class LLMClient:
     """Wraps a `Backend` with a cache, retries, a concurrency bound and usage totals."""
 
@@ -182,6 +194,8 @@ class LLMClient:
             with self._lock:
                 self._totals["requests"] += 1
                 self._totals["failures"] += 1
+            log.warning("%s: model call failed (%s): %s: %s", self.backend.model_id,
+                        request.sample_id or "no sample id", type(exc).__name__, _short(exc))
             raise LLMError(f"{self.backend.model_id}: {type(exc).__name__}: {exc}") from exc
         resp.cached = False
         resp.model = resp.model or self.backend.model_id
@@ -217,6 +231,10 @@ class LLMClient:
     def _on_retry(self, state: RetryCallState) -> None:
         with self._lock:
             self._totals["retries"] += 1
+        exc = state.outcome.exception() if state.outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        log.warning("%s: try %d of %d failed (%s: %s); retrying in %.1f s", self.backend.model_id,
+                    state.attempt_number, self.max_retries + 1, type(exc).__name__, _short(exc), wait)
 
     def _call_with_retries(self, request: LLMRequest, key: str) -> LLMResponse:
         retrying = Retrying(
@@ -246,6 +264,9 @@ class LLMClient:
             }
             out["cost_usd"] = self._cost
         out["model"] = self.backend.model_id
+        stats = getattr(self.backend, "stats", None)
+        if callable(stats):  # backends that measure their own work (the embedded model)
+            out["backend"] = stats()
         return out
 
     def episode(self, sample_prefix: str, seed: int | None = None) -> EpisodeLLM:
@@ -273,6 +294,12 @@ class EpisodeLLM:
     @property
     def model_id(self) -> str:
         return self.client.model_id
+
+    @property
+    def embedded(self) -> bool:
+        """True for a model run in-process (the small local models), for envs that choose
+        prompts to suit it."""
+        return bool(getattr(self.client.backend, "embedded", False))
 
     def complete(
         self,

@@ -8,10 +8,20 @@ Images go out as chat-completions `image_url` parts. Whether the model takes the
 `vision` when given, else litellm's own model list (`litellm.supports_vision`), which knows
 hosted models but not what a self-hosted server (vLLM, Ollama) serves: set `vision: true`
 for those.
+
+Base models behind an OpenAI-compatible server (e.g. llama.cpp's `llama-server` or
+`python -m llama_cpp.server` with the Gemma 270M base GGUF): use the model prefix
+`text-completion-openai/<name>`, which sends the prompt to `/v1/completions` as text to be
+continued. Through the chat route (`openai/<name>`) the server wraps the prompt as a user
+message in a chat template, which a base model cannot follow. `extra` is passed to
+`litellm.completion` as it is: e.g. `{repeat_penalty: 1.0}` to match the embedded backend
+(llama.cpp's server defaults to 1.1).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from collections.abc import Mapping
 from types import ModuleType
@@ -20,12 +30,20 @@ from typing import Any
 from memrl.llm.base import LLMRequest, LLMResponse, openai_content
 
 
+# Loggers that write a line per request at INFO (litellm's own, and httpx's "HTTP Request:"
+# line): they would fill a run's log; warnings and errors still show.
+CHATTY_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "httpx")
+
+
 def import_litellm() -> ModuleType:
-    """Import litellm quietly and offline (local price list, no debug banners)."""
+    """Import litellm quietly and offline (local price list, no debug banners, no INFO line
+    per request)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
     litellm.suppress_debug_info = True
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     return litellm
 
 
@@ -56,7 +74,11 @@ class LiteLLMBackend:
         self.api_key_env = api_key_env or None
         self.timeout = float(timeout)
         self.extra: dict[str, Any] = dict(extra or {})
-        self.model_id = f"{model}@{self.api_base}" if self.api_base else model
+        base = f"{model}@{self.api_base}" if self.api_base else model
+        # `extra` can change the answer (sampling settings): it is part of the id, hence of
+        # every cache key, so answers made with other settings are never served from cache
+        self.model_id = base + (f"#{json.dumps(self.extra, sort_keys=True, separators=(',', ':'))}"
+                                if self.extra else "")
         self._known_vision: bool | None = None
 
     @property

@@ -101,6 +101,7 @@ class BankedMemory(MemoryModule):
     in the paper's App. C.1, or a merged bank):
     - `bank.init_from`: before anything else, an empty run bank is seeded with a copy of
       another bank (`bankio.seed_once`: once per run; a resumed run keeps its own bank);
+      `bank.init_q: reset` starts the copies at the module's `q_init` with no visits;
     - `bank.frozen`: retrieve only. `plan` returns an empty update, `digest` writes nothing
       (no model call), `apply` writes nothing, whatever the subclass does otherwise.
     """
@@ -117,8 +118,9 @@ class BankedMemory(MemoryModule):
         if settings.bank.init_from:
             from .bankio import seed_once
 
-            self.bank_facts["init_from"] = seed_once(self.bank, bank_dir, settings.bank.init_from,
-                                                     embedder)
+            self.bank_facts["init_from"] = seed_once(
+                self.bank, bank_dir, settings.bank.init_from, embedder,
+                init_q=settings.bank.init_q, q_init=float(getattr(settings, "q_init", 0.0)))
         self.frozen = bool(settings.bank.frozen)
         if self.frozen:
             self.bank_facts["frozen"] = True
