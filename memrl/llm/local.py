@@ -38,6 +38,13 @@ from scratch); `tests/test_local_llm.py` and `scripts/bench_local_prefix.py` che
 prompts. An ALFWorld episode's prompts share everything but the newest step, so most of each
 prompt is reused.
 
+Threads: `n_threads` is used for decoding and for prompt evaluation alike; None leaves
+llama.cpp's defaults (half the cores for decoding, all of them for prompts). llama.cpp's
+threads wait for each other by spinning, so on a machine whose cores are busy with other work
+every thread beyond the free cores makes evaluation many times slower (measured on 2 busy
+cores: 4 prompt tokens/s with 2 threads against 50 with 1): `configs/llm/local.yaml` uses 1
+thread; `llm.n_threads=2` is faster on an idle 2-core machine.
+
 Speed figures: `stats()` counts prompt tokens sent and actually evaluated, decoded tokens and
 the time llama.cpp spent on each (its own perf counters); `LLMClient.totals()` copies them
 into the run card.
@@ -162,6 +169,7 @@ class LocalLlamaBackend:
                 n_batch=self.block,
                 n_ubatch=self.block,  # one llama.cpp batch = one aligned block
                 n_threads=self.n_threads,
+                n_threads_batch=self.n_threads,  # None: llama.cpp's defaults (see __init__)
                 seed=self.seed,
                 verbose=False,
             )

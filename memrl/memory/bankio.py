@@ -261,9 +261,10 @@ def seed_once(bank: ChromaBank, bank_dir: str | Path, source: str | Path, embedd
     if init_q not in ("keep", "reset"):
         raise BankSourceError(f"memory.bank.init_q: keep | reset (got {init_q!r})")
     seeded = renamed(entries, SEED_PREFIX, extra={"init_from": str(src.path)})
-    if init_q == "reset":
-        for e in seeded:
+    for e in seeded:
+        if init_q == "reset":
             e.q, e.visits = float(q_init), 0
+        e.extra["seeded_q"] = float(e.q)  # where its utility started in this run
     write_entries(bank, seeded)
     facts = {"source": src.describe(), "entries": len(seeded), "fingerprint": fingerprint(entries),
              "id_prefix": SEED_PREFIX, "init_q": init_q,

@@ -1,0 +1,84 @@
+"""The embedded backend without loading a model: which file, which id, which prefix is kept."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from memrl.config import ConfigError, LLMSettings
+from memrl.llm import local_models
+from memrl.llm.factory import build_backend
+from memrl.llm.local import LocalLlamaBackend, reusable_prefix
+
+
+def test_reusable_prefix_keeps_whole_blocks_of_the_common_prefix():
+    trusted = list(range(100))
+    assert reusable_prefix(trusted, list(range(150)), 32) == 96  # 100 common -> 3 whole blocks
+    assert reusable_prefix(trusted, list(range(50)) + [-1] * 80, 32) == 32  # differs at 50
+    assert reusable_prefix(trusted, list(range(31)) + [-1] * 10, 32) == 0  # no whole block
+    assert reusable_prefix([], list(range(150)), 32) == 0
+    assert reusable_prefix(trusted, list(range(150)), 0) == 0  # block 0 = no reuse
+
+
+def test_reusable_prefix_always_leaves_the_last_token_to_evaluate():
+    # the new prompt is exactly the cached one: its last token must still be evaluated (its
+    # logits are what the answer is sampled from), so the last whole block is not kept
+    trusted = list(range(64))
+    assert reusable_prefix(trusted, list(range(64)), 32) == 32
+    assert reusable_prefix(trusted, list(range(65)), 32) == 64
+
+
+def test_model_id_of_any_file_is_its_name_and_hash(tmp_path):
+    a = tmp_path / "my-model.Q4.gguf"
+    a.write_bytes(b"not really a model")
+    digest = hashlib.sha256(b"not really a model").hexdigest()
+    assert local_models.model_id_for(a) == f"local/my-model.Q4@{digest[:12]}"
+    b = tmp_path / "renamed.gguf"
+    b.write_bytes(b"another file")
+    assert local_models.model_id_for(b) != local_models.model_id_for(a)
+    backend = LocalLlamaBackend(model_path=a)
+    assert backend.model_id == f"local/my-model.Q4@{digest[:12]}"
+    chat = LocalLlamaBackend(model_path=a, mode="chat")
+    assert chat.model_id == backend.model_id + "/chat"
+
+
+def test_a_copy_of_a_packaged_file_keeps_the_packaged_id(tmp_path, monkeypatch):
+    fake = tmp_path / "copy.gguf"
+    fake.write_bytes(b"pretend this is SmolLM2")
+    monkeypatch.setattr(local_models, "SMOLLM2_SHA256", hashlib.sha256(b"pretend this is SmolLM2").hexdigest())
+    assert local_models.model_id_for(fake) == "local/smollm2-135m-instruct-q4_1"
+
+
+def test_packaged_models_have_stable_ids_without_loading():
+    # the default id is the one the project always used, so its cache entries keep hitting
+    assert LocalLlamaBackend().model_id == "local/gemma3-270m-q4_k_m"
+    assert LocalLlamaBackend(model="smollm2-135m-instruct-q4_1", mode="chat").model_id == \
+        "local/smollm2-135m-instruct-q4_1/chat"
+
+
+def test_bad_local_choices_are_refused():
+    with pytest.raises(ValueError, match="unknown embedded model"):
+        LocalLlamaBackend(model="gpt-5")
+    with pytest.raises(ValueError, match="base model without a chat template"):
+        LocalLlamaBackend(model="gemma3-270m-q4_k_m", mode="chat")
+    with pytest.raises(ValueError, match="model: unknown embedded model"):
+        LLMSettings(name="x", backend="local", model="nope")
+    with pytest.raises(ValueError, match="extra: settings passed to litellm"):
+        LLMSettings(name="x", backend="local", extra={"repeat_penalty": 1.0})
+    with pytest.raises(ValueError, match="mode"):
+        LLMSettings(name="x", backend="litellm", model="openai/x", mode="chat")
+    assert issubclass(ConfigError, ValueError)
+
+
+def test_factory_passes_local_settings_and_litellm_extra():
+    local = build_backend({"backend": "local", "model": "smollm2-135m-instruct-q4_1", "mode": "chat",
+                           "reuse_prefix": False, "prefix_block": 16})
+    assert (local.mode, local.reuse_prefix, local.block) == ("chat", False, 16)
+    lite = build_backend({"backend": "litellm", "model": "text-completion-openai/gemma",
+                          "api_base": "http://127.0.0.1:9/v1", "extra": {"repeat_penalty": 1.0}})
+    assert lite.extra == {"repeat_penalty": 1.0}
+    # the settings that change answers are part of the id, hence of every cache key
+    plain = build_backend({"backend": "litellm", "model": "text-completion-openai/gemma",
+                           "api_base": "http://127.0.0.1:9/v1"})
+    assert lite.model_id != plain.model_id and "repeat_penalty" in lite.model_id
