@@ -1,6 +1,6 @@
 """`make demo`: memory changing outcomes, offline, on real ALFWorld games.
 
-    python -m memrl.demo [--out runs/demo] [--bench-prompts 12] [OVERRIDES...]
+    python -m memrl.demo [--out runs/demo] [--bench-prompts 8] [OVERRIDES...]
 
 1. Teacher: ALFWorld's handcoded expert plays the demo games once (`memrl.teach`, no model);
    its episodes, failed ones included, become the teacher bank (`<out>/teacher`).
@@ -294,7 +294,7 @@ def write(res: DemoResult) -> dict[str, Path]:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m memrl.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--bench-prompts", type=int, default=12,
+    ap.add_argument("--bench-prompts", type=int, default=8,
                     help="prompts timed with prefix reuse off and on (0 = skip)")
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
     ap.add_argument("overrides", nargs="*", help="config overrides for every run")

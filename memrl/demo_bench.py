@@ -47,7 +47,8 @@ def demo_prompts(teacher_run: str | Path, env_cfg: dict[str, Any], n: int, llm: 
         steps = [Step(**s) for s in rec.get("transcript") or []]
         start = rec["info"]["initial_observation"]
         for t in range(len(steps)):
-            prompts.append(build_prompt(shown, [memory], start, steps[:t], instruction=INSTRUCTIONS[style]))
+            prompts.append(build_prompt(shown, [memory], start, steps[:t], instruction=INSTRUCTIONS[style],
+                                        memory_format=str(env_cfg.get("memory_format", "episode"))))
             if len(prompts) >= n:
                 return prompts
     return prompts

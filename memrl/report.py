@@ -84,7 +84,7 @@ IGNORED_KEYS = {
     "seed", "runner.progress", "runner.metrics_every_epoch", "runner.mode",
     "env.name", "memory.name",
     "llm.max_concurrency", "llm.max_retries", "llm.timeout", "llm.cache_path", "llm.cache",
-    "llm.n_threads", "embedder.cache_path", "embedder.cache", "env.cache_dir", "env.data_root",
+    "llm.n_threads", "llm.reuse_prefix", "llm.prefix_block", "embedder.cache_path", "embedder.cache", "env.cache_dir", "env.data_root",
     "memory.bank.host", "memory.bank.port", "memory.bank.collection",
 }
 IGNORED_PREFIXES = ("paths.", "hydra.", "logger.", "local.")

@@ -384,3 +384,18 @@ def test_a_call_that_fails_for_good_is_logged(caplog) -> None:
     msgs = [r.getMessage() for r in caplog.records]
     assert any("try 1 of 2 failed (TimeoutError: server too slow)" in m for m in msgs)
     assert any("model call failed" in m and "server too slow" in m for m in msgs)
+
+
+def test_greedy_answers_of_a_seed_free_backend_are_shared_across_seeds(tmp_path) -> None:
+    """At temperature 0 the embedded model's answer does not depend on the seed, so the cache
+    keys it without: the same prompt in another epoch (another episode seed) is a hit. Not so
+    for sampled answers, nor for backends that do not declare it (an API may use the seed)."""
+    seedless = ScriptedBackend(lambda r: "a")
+    seedless.greedy_ignores_seed = True
+    for backend, hits in ((seedless, [True, False, False]), (ScriptedBackend(lambda r: "a"), [False, False, False])):
+        client = LLMClient(backend, cache=ResponseCache(tmp_path / f"{id(backend)}.sqlite"))
+        client.complete(LLMRequest(messages=(("user", "p"),), seed=1, temperature=0.0))
+        client.complete(LLMRequest(messages=(("user", "p"),), seed=1, temperature=0.7, sample_id="x"))
+        got = [client.complete(LLMRequest(messages=(("user", "p"),), seed=2, temperature=t, sample_id=sid)).cached
+               for t, sid in ((0.0, "y"), (0.7, "x"), (0.7, "z"))]
+        assert got == hits

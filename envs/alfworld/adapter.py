@@ -14,6 +14,7 @@ from . import catalog, speedups
 from .game import AlfworldGame, expert_rng_guard, seed_expert_rng, split_initial_observation
 from .prompts import (
     INSTRUCTIONS,
+    MEMORY_FORMATS,
     PROMPTS_FILENAME,
     build_prompt,
     default_prompts_file,
@@ -51,6 +52,7 @@ class AlfworldEnv:
         demo_index, num_demos: which demonstrations of the task's type go in the prompt.
         demo_style: auto | react | act (see ``prompts``: auto = act-only demonstrations for
             the embedded models, ReAct for the others).
+        memory_format: episode (memories shown as episodes) | text (as stored).
         max_tokens, stop: generation settings of the action call.
         show_progress: show a progress bar while intents are computed.
     """
@@ -71,6 +73,7 @@ class AlfworldEnv:
         demo_index: int = 0,
         num_demos: int = 1,
         demo_style: str = "auto",
+        memory_format: str = "episode",
         max_tokens: int = 128,
         stop: Sequence[str] = ("\n",),
         show_progress: bool = True,
@@ -97,6 +100,9 @@ class AlfworldEnv:
         self.num_demos = num_demos
         self.demo_style = demo_style
         resolve_style(demo_style, None)  # a bad value fails here, not in an episode
+        if memory_format not in MEMORY_FORMATS:
+            raise ValueError(f"memory_format: {' | '.join(MEMORY_FORMATS)} (got {memory_format!r})")
+        self.memory_format = memory_format
         self.max_tokens = max_tokens
         self.stop = tuple(stop)
         self.show_progress = show_progress
@@ -228,7 +234,8 @@ class AlfworldEnv:
                     action = str(infos["extra.expert_plan"][0])
                 else:
                     prompt = build_prompt(demos, memories, task_start, transcript,
-                                          instruction=INSTRUCTIONS[style])
+                                          instruction=INSTRUCTIONS[style],
+                                          memory_format=self.memory_format)
                     try:
                         reply = llm.complete(prompt, purpose="act", max_tokens=self.max_tokens, stop=self.stop)
                     except LLMError as exc:

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Sequence
 
 from memrl.records import RetrievedMemory, Step
-from memrl_envs.memory_block import format_memories_as_episodes
+from memrl_envs.memory_block import format_memories, format_memories_as_episodes
 
 PROMPTS_FILENAME = "react_alfworld_3prompts.json"
 DEMO_STYLES = ("react", "act")
+MEMORY_FORMATS = ("episode", "text")
 TASK_MARKER = "Your task is to: "
 
 INSTRUCTION = (
@@ -118,7 +119,10 @@ def build_prompt(
     task_start: str,
     history: Sequence[Step],
     instruction: str = INSTRUCTION,
+    memory_format: str = "episode",
 ) -> str:
+    """The prompt of one step. `memory_format`: `episode` (each memory as an episode, see the
+    module docstring) or `text` (each memory's text as stored, the block other envs use)."""
     parts = [instruction]
     if demonstrations:
         head = (
@@ -127,7 +131,10 @@ def build_prompt(
             else f"Here are {len(demonstrations)} examples of tasks being solved:"
         )
         parts.append(head + "\n\n" + "\n\n".join(demonstrations))
-    block = format_memories_as_episodes(memories, memory_task_line)
+    if memory_format not in MEMORY_FORMATS:
+        raise ValueError(f"memory_format: {' | '.join(MEMORY_FORMATS)} (got {memory_format!r})")
+    block = (format_memories_as_episodes(memories, memory_task_line) if memory_format == "episode"
+             else format_memories(memories))
     if block:
         parts.append(block)
     episode = [task_start]

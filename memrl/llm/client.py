@@ -29,6 +29,7 @@ first made, so an episode's `meter` reads the same on a replay as on the origina
 
 from __future__ import annotations
 
+import dataclasses
 import email.utils
 import logging
 import random
@@ -180,7 +181,7 @@ class LLMClient:
                 f"{self.backend.model_id} takes text only, and this request holds an image; "
                 "use a model that takes images (for an API model whose capability litellm does "
                 "not know, set `vision: true` in its llm config) or keep image tasks out")
-        key = request_key(self.backend.model_id, request)
+        key = request_key(self.backend.model_id, self._as_keyed(request))
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
@@ -208,6 +209,14 @@ class LLMClient:
             self._totals["completion_tokens"] += resp.completion_tokens
             self._cost += resp.cost_usd
         return resp
+
+    def _as_keyed(self, request: LLMRequest) -> LLMRequest:
+        """The request as the cache sees it. A backend whose greedy answers (temperature 0)
+        do not depend on the seed (`greedy_ignores_seed`, e.g. the embedded llama.cpp model)
+        is keyed without it, so the same prompt in another epoch or episode is a cache hit."""
+        if request.temperature == 0 and getattr(self.backend, "greedy_ignores_seed", False):
+            return dataclasses.replace(request, seed=None)
+        return request
 
     def _attempt(self, request: LLMRequest) -> LLMResponse:
         # The slot is held only while the backend works, not while backing off.

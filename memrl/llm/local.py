@@ -100,6 +100,7 @@ class LocalLlamaBackend:
 
     supports_images = False
     embedded = True  # runs in-process (envs may choose prompts that suit small local models)
+    greedy_ignores_seed = True  # temperature 0 is greedy: the seed changes nothing (cache keys)
 
     def __init__(
         self,
