@@ -36,8 +36,9 @@ from memrl.config import ConfigError
 
 DEFAULT_OUT = Path("runs/demo")
 BASE = ["experiment=demo"]
-# The teacher's own step cap: ALFWorld's expert needs up to 50 steps (it still fails some games).
-TEACHER = ["env.max_steps=50"]
+# The teacher's own step cap (--teacher-steps): ALFWorld's expert needs up to 50 steps (it still
+# fails some games); the students' cap is the preset's env.max_steps.
+TEACHER_STEPS = 50
 # Per method: its overrides on top of the demo preset. `{teacher}` is the teacher run. The
 # students learn on the teacher bank only (no memories of their own: see the README's demo
 # section, "learning in the wrong direction"); RAG first, as MemRL's first epoch (all Q equal)
@@ -72,11 +73,12 @@ class DemoResult:
     speed: dict[str, Any]
     phases: list[Phase] = field(default_factory=list)
     model: str = ""
+    power: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"out": str(self.out), "games": self.games, "model": self.model, "teacher": self.teacher,
                 "sr": self.sr, "comparisons": self.comparisons, "copy_accuracy": self.copy,
-                "teacher_memories": self.q_moves, "speed": self.speed,
+                "teacher_memories": self.q_moves, "speed": self.speed, "power": self.power,
                 "phases": [{"name": p.name, "seconds": round(p.seconds, 1)} for p in self.phases]}
 
 
@@ -158,7 +160,11 @@ def analyse(out: Path, teacher_dir: Path, dirs: dict[str, Path]) -> DemoResult:
     moves = [dict(vars(q), movement=q.movement) for q in teacher_q(dirs[REFERENCE])] \
         if REFERENCE in dirs else []
     card = json.loads((dirs[next(iter(dirs))] / "run_card.json").read_text())
+    cap = int(((card.get("config") or {}).get("env") or {}).get("max_steps") or 0)
+    fits = sum(t.success and len(t.actions) <= cap for t in teacher.values())
     return DemoResult(
+        power={"fits": fits, "max_steps": cap, "needed": min_discordant(),
+               "by_p": {str(p): power(fits, p) for p in (0.5, 0.7, 0.9)}},
         out=out, games=sorted(teacher), model=str(card.get("model")),
         teacher={"games": len(teacher), "solved": sum(t.success for t in teacher.values()),
                  "steps": {t.task_id: len(t.actions) for t in teacher.values()}},
@@ -194,6 +200,12 @@ def render(res: DemoResult) -> str:
               "b = games only the first solved, c = only the second; exact binomial test. "
               f"With no game the other way (c = 0), p < {ALPHA} needs b ≥ {min_discordant()}.", "",
               "| comparison | SR | Δ [95% CI] | b | c | McNemar p |", "|---|---|---|---|---|---|"]
+    pw = res.power
+    if pw:
+        lines.insert(len(lines) - 2, f"Power: {pw['fits']} games have a teacher trajectory that solves them within the "
+                     f"student's {pw['max_steps']} steps. If the other method solves none and each of them is solved "
+                     "with probability 0.5 / 0.7 / 0.9, the chance of p < 0.05 is "
+                     + " / ".join(f"{v:.2f}" for v in pw["by_p"].values()) + ".\n")
     for r in res.comparisons:
         lines.append(f"| {r['reference']} vs {r['method']} | {r['last_ref']:.2f} vs {r['last_method']:.2f} | "
                      f"{r['delta']:+.2f} [{r['delta_lo']:+.2f}, {r['delta_hi']:+.2f}] | {r['ref_only']} | "
@@ -296,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--bench-prompts", type=int, default=8,
                     help="prompts timed with prefix reuse off and on (0 = skip)")
+    ap.add_argument("--teacher-steps", type=int, default=TEACHER_STEPS,
+                    help=f"the teacher's step cap (default {TEACHER_STEPS})")
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
     ap.add_argument("overrides", nargs="*", help="config overrides for every run")
     args = ap.parse_args(argv)
@@ -310,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     phases: list[Phase] = []
     try:
         t0 = time.monotonic()
-        bank = teach(BASE + TEACHER + args.overrides, out / "teacher")
+        bank = teach(BASE + args.overrides + [f"env.max_steps={args.teacher_steps}"], out / "teacher")
         phases.append(Phase("teacher (expert, no model)", time.monotonic() - t0))
         print(f"[demo] {bank.describe()}", flush=True)
         t0 = time.monotonic()

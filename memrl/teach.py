@@ -14,11 +14,12 @@ run has (run card, episodes, resume, the bank tools) works on it:
 - `memory=memrl memory.write_mode=raw`: every episode, failed ones included, is stored as it
   happened (task, outcome, `> action` / observation trajectory; no model call), with
   `memory.writer.max_trajectory_chars` raised so trajectories are stored whole;
-- `runner.epochs=1`.
+- `runner.epochs=1`, whatever else is asked (one pass of the oracle is the bank).
 
 An oracle does not read memories, so nothing is retrieved for it and no Q is learned: every
-teacher memory has Q = q_init (0) and no visits. Any override given on the command line wins
-over these (e.g. `memory=rag` for a RAG-style bank), except that the agent must be an oracle.
+teacher memory has Q = q_init (0) and no visits. Any other override given on the command line
+wins over these (e.g. `memory=rag` for a RAG-style bank), except that the agent must be an
+oracle.
 
 The run directory is `hydra.run.dir=...` if given, else `runs/teach/<env>/<overrides>`.
 """
@@ -71,12 +72,13 @@ def oracle_agent(cfg: DictConfig) -> str:
 
 
 def teacher_overrides(user: Sequence[str]) -> list[str]:
-    """The overrides of a teacher run: the forced ones first, the user's after (they win)."""
+    """The overrides of a teacher run: the defaults first, the user's after (they win), and
+    `runner.epochs=1` last (one pass of the oracle is the teacher bank)."""
     cfg = compose([o for o in user if not o.startswith("agent=")])
     given = {o.split("=", 1)[0].lstrip("+~") for o in user}
-    forced = [f"agent={oracle_agent(cfg)}", "memory=memrl", "memory.write_mode=raw",
-              f"memory.writer.max_trajectory_chars={TRAJECTORY_CHARS}", "runner.epochs=1"]
-    return [o for o in forced if o.split("=", 1)[0] not in given] + list(user)
+    defaults = [f"agent={oracle_agent(cfg)}", "memory=memrl", "memory.write_mode=raw",
+                f"memory.writer.max_trajectory_chars={TRAJECTORY_CHARS}"]
+    return [o for o in defaults if o.split("=", 1)[0] not in given] + list(user) + ["runner.epochs=1"]
 
 
 @dataclass

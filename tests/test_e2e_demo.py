@@ -51,6 +51,9 @@ def test_teacher_bank_makes_the_embedded_model_solve_more_and_memrl_learns_which
     assert done.returncode == 0, done.stderr[-3000:]
     res = json.loads((out / "demo.json").read_text())
     assert sorted(res["games"]) == sorted(GAMES) and res["teacher"]["solved"] == 4  # the expert fails Bowl-301
+    teacher_rows = (out / "teacher" / "episodes.jsonl").read_text().splitlines()
+    assert len(teacher_rows) == len(GAMES)  # one pass, whatever the students' epochs
+    assert len(res["teacher_memories"]) == len(GAMES)
 
     solved = {m: round(sr[-1] * len(GAMES)) for m, sr in res["sr"].items()}
     assert solved["none"] < solved["rag"] and solved["none"] < solved["memrl"], solved
@@ -63,13 +66,16 @@ def test_teacher_bank_makes_the_embedded_model_solve_more_and_memrl_learns_which
     assert with_teacher["episodes"] == len(GAMES) and with_teacher["accuracy"] > 0.5
     assert with_teacher["replays"] >= 2
 
-    # MemRL's Q separates the teacher memories that led to success from those that did not
-    used = [q for q in res["teacher_memories"] if q["movement"] != "unused"]
-    helped = [q["q"] for q in used if q["used_failed"] == 0]
-    hurt = [q["q"] for q in used if q["used_solved"] == 0]
+    # MemRL's Q separates the teacher memories that led to success from those that did not:
+    # those only ever given in solved episodes end above 0, those only in failed ones below,
+    # and the copyable games' own memories are among the first
+    used = {q["task_id"]: q for q in res["teacher_memories"] if q["movement"] != "unused"}
+    helped = {t for t, q in used.items() if q["used_solved"] and not q["used_failed"]}
+    hurt = {t for t, q in used.items() if q["used_failed"] and not q["used_solved"]}
     assert helped and hurt, used
-    assert min(helped) > 0 > max(hurt)
-    assert min(helped) > max(q["q"] for q in used if q["used_solved"] < q["used_failed"] or q["used_solved"] == 0)
+    assert min(used[t]["q"] for t in helped) > 0 > max(used[t]["q"] for t in hurt)
+    assert len(helped & set(COPYABLE)) >= 2 and not hurt & set(COPYABLE[:2]), used
+    assert set(NOT_COPYABLE) <= hurt | {t for t, q in used.items() if q["q"] < 0}, used
 
     # everything lands in the run folder and in the report
     for name in ("demo.md", "demo.png", "report/demo.md", "report/comparisons.md", "teacher/run_card.json"):

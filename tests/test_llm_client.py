@@ -399,3 +399,22 @@ def test_greedy_answers_of_a_seed_free_backend_are_shared_across_seeds(tmp_path)
         got = [client.complete(LLMRequest(messages=(("user", "p"),), seed=2, temperature=t, sample_id=sid)).cached
                for t, sid in ((0.0, "y"), (0.7, "x"), (0.7, "z"))]
         assert got == hits
+
+
+def test_greedy_entries_cached_with_their_seed_still_hit(tmp_path) -> None:
+    """Entries written while greedy answers were keyed with their seed keep answering."""
+    from memrl.llm.cache import request_key
+
+    backend = ScriptedBackend(lambda r: "fresh")
+    backend.greedy_ignores_seed = True
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    old = LLMRequest(messages=(("user", "p"),), seed=5, temperature=0.0)
+    from memrl.llm.base import LLMResponse
+
+    cache.put(request_key(backend.model_id, old), LLMResponse(text="from before", prompt_tokens=1,
+                                                             completion_tokens=1, cost_usd=0.0))
+    client = LLMClient(backend, cache=cache)
+    assert client.complete(old).text == "from before" and backend.calls == 0
+    # ... and now under the seed-free key too: another seed hits it
+    assert client.complete(LLMRequest(messages=(("user", "p"),), seed=6)).text == "from before"
+    assert backend.calls == 0

@@ -93,11 +93,12 @@ def test_every_env_with_an_oracle_can_teach(env, oracle):
     from memrl.teach import compose, oracle_agent, teacher_overrides
 
     assert oracle_agent(compose([f"env={env}"])) == oracle
-    over = teacher_overrides([f"env={env}", "memory.writer.max_trajectory_chars=500"])
-    assert f"agent={oracle}" in over and "memory.write_mode=raw" in over and "runner.epochs=1" in over
+    over = teacher_overrides([f"env={env}", "memory.writer.max_trajectory_chars=500", "runner.epochs=3"])
+    assert f"agent={oracle}" in over and "memory.write_mode=raw" in over
     cfg = compose(over)
     assert cfg.agent.name == oracle and not cfg.agent.needs_llm and cfg.memory.write_mode == "raw"
-    assert cfg.memory.writer.max_trajectory_chars == 500  # the user's override wins
+    assert cfg.memory.writer.max_trajectory_chars == 500  # the user's override wins ...
+    assert cfg.runner.epochs == 1  # ... but the oracle plays once
 
 
 def test_teach_refuses_an_agent_that_needs_a_model(tmp_path):

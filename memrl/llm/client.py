@@ -181,9 +181,15 @@ class LLMClient:
                 f"{self.backend.model_id} takes text only, and this request holds an image; "
                 "use a model that takes images (for an API model whose capability litellm does "
                 "not know, set `vision: true` in its llm config) or keep image tasks out")
-        key = request_key(self.backend.model_id, self._as_keyed(request))
+        keyed = self._as_keyed(request)
+        key = request_key(self.backend.model_id, keyed)
         if self.cache is not None:
             hit = self.cache.get(key)
+            if hit is None and keyed is not request:
+                # an entry written before greedy answers were keyed without their seed
+                hit = self.cache.get(request_key(self.backend.model_id, request))
+                if hit is not None:
+                    self.cache.put(key, hit)
             if hit is not None:
                 with self._lock:
                     self._totals["requests"] += 1
