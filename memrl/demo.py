@@ -270,16 +270,17 @@ def plot(res: DemoResult, path: Path) -> Path:
     axes[0].set_title(f"SR per epoch ({len(res.games)} games, {res.model})", fontsize=8)
     _rate_axis(axes[0])
     axes[0].legend(fontsize=7)
-    width = 0.8 / max(1, len(res.copy))
-    for i, (m, per_epoch) in enumerate(res.copy.items()):
+    given = {m: pe for m, pe in res.copy.items() if any(r["with_teacher"]["episodes"] for r in pe.values())}
+    width = 0.8 / max(1, len(given))
+    for i, (m, per_epoch) in enumerate(given.items()):
         es = sorted(per_epoch)
         vals = [per_epoch[e]["with_teacher"]["accuracy"] or 0.0 for e in es]
-        axes[1].bar([e + (i - (len(res.copy) - 1) / 2) * width for e in es], vals, width, label=m)
+        axes[1].bar([e + (i - (len(given) - 1) / 2) * width for e in es], vals, width, label=m)
     axes[1].set_xlabel("epoch")
     axes[1].set_ylabel("copy accuracy")
     axes[1].set_title("steps equal to the same game's teacher memory (episodes given it)", fontsize=8)
     _rate_axis(axes[1])
-    if res.copy:
+    if given:
         axes[1].legend(fontsize=7)
     return _save(fig, path)
 

@@ -41,9 +41,9 @@ prompt is reused.
 Threads: `n_threads` is used for decoding and for prompt evaluation alike; None leaves
 llama.cpp's defaults (half the cores for decoding, all of them for prompts). llama.cpp's
 threads wait for each other by spinning, so on a machine whose cores are busy with other work
-every thread beyond the free cores makes evaluation many times slower (measured on 2 busy
-cores: 4 prompt tokens/s with 2 threads against 50 with 1): `configs/llm/local.yaml` uses 1
-thread; `llm.n_threads=2` is faster on an idle 2-core machine.
+every thread beyond the free cores makes evaluation many times slower (seen on 2 cores busy
+with other jobs: about a tenth of the one-thread speed with 2 threads): `configs/llm/local.yaml`
+uses 1 thread; `llm.n_threads=2` is faster on an idle 2-core machine.
 
 Speed figures: `stats()` counts prompt tokens sent and actually evaluated, decoded tokens and
 the time llama.cpp spent on each (its own perf counters); `LLMClient.totals()` copies them
