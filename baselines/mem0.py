@@ -1,4 +1,4 @@
-"""Mem0 baseline (DESIGN §6): the `mem0ai` package's `Memory`, driven by the project's LLM
+"""Mem0 baseline (docs/design.md §6): the `mem0ai` package's `Memory`, driven by the project's LLM
 layer and embedder, with its vector store in embedded Chroma under `<run_dir>/mem0`.
 
 How mem0 is wired in (mem0ai 2.2.1)
@@ -70,11 +70,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from memrl.llm.cache import default_cache_dir
-from memrl.memory.base import LearnItem, MemoryModule
+from memrl.cache import default_cache_dir
+from memrl.memory.base import EntryMemory, LearnItem, NewMemory
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.writer import format_trajectory
 from memrl.records import EpisodeResult, RetrievedMemory, Task, append_jsonl, iter_jsonl
+from memrl.result_keys import no_effect
+from memrl.rundir import RunDir
 from memrl.seeding import derive_seed
 
 if TYPE_CHECKING:
@@ -271,7 +273,7 @@ class Mem0Settings(BaseModel):
                              description="mem0's minimum search score (its default 0.1)")
     infer: bool = Field(True, description="false: store each episode as raw text, no model call")
     agent_id: str = Field("memrl-agent", min_length=1, description="mem0's memory scope")
-    collection: str = "mem0"
+    collection: str = no_effect("mem0")  # a storage name, inside the run's own mem0 store
     max_trajectory_chars: int | None = Field(3000, ge=0, description="null = whole trajectory")
     llm_max_tokens: int = Field(2000, ge=1, description="max tokens of mem0's extraction answer "
                                 "(mem0's default 2000)")
@@ -308,13 +310,13 @@ def raw_text(messages: list[dict[str, str]]) -> str:
     return "\n".join(m["content"] for m in messages)
 
 
-class Mem0Memory(MemoryModule):
+class Mem0Memory(EntryMemory):
     name = "mem0"
     Settings = Mem0Settings
 
     @classmethod
     def build(cls, settings: Mem0Settings, *, run_dir: Path, embedder: Any) -> "Mem0Memory":
-        return cls(settings, store_dir=Path(run_dir) / "mem0", embedder=embedder)
+        return cls(settings, store_dir=RunDir(run_dir).mem0, embedder=embedder)
 
     def __init__(self, settings: Mem0Settings, *, store_dir: str | Path, embedder: "Embedder"):
         self.s = settings
@@ -343,14 +345,14 @@ class Mem0Memory(MemoryModule):
         self.mem = Memory(config)
         self.ledger_path = self.dir / "applied.jsonl"
         self._applied: dict[str, dict[str, Any]] = {r["key"]: r for r in iter_jsonl(self.ledger_path)}
-        self._next_order = max((int(r.get("order", -1)) for r in self._applied.values()), default=-1) + 1
+        self._next_order_value = max((int(r.get("order", -1)) for r in self._applied.values()), default=-1) + 1
 
     # ----------------------------------------------------------------- wiring
     def attach_llm(self, llm: "LLMClient | None") -> None:
         """The run's LLM client: mem0's model calls during `apply` go through it."""
         self._client = llm
 
-    def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
+    def prepare(self, tasks: list[Task], seed: int) -> dict[str, Any]:
         self.seed = int(seed)
         return {"k": self.s.k, "mem0ai": getattr(mem0, "__version__", "?"), "infer": self.s.infer,
                 "vector_store": "chroma", "threshold": self.s.threshold}
@@ -388,22 +390,20 @@ class Mem0Memory(MemoryModule):
         return {"messages": episode_messages(task.intent, result, self.s.max_trajectory_chars)}
 
     def plan(self, items: list[LearnItem]) -> BankUpdate:
-        update = BankUpdate()
-        order = self._next_order
-        for it in items:
-            if it.errored and not self.s.learn_from_errors:
-                continue
-            if it.digest is None or it.result.info.get("carried"):
-                continue
-            messages = it.digest["messages"]
-            update.add.append(MemoryEntry(
-                memory_id=f"e{it.epoch:03d}:{it.task.task_id}", intent=it.task.intent,
-                experience=raw_text(messages), embedding=[], success=bool(it.result.success),
-                epoch=it.epoch, task_id=it.task.task_id, kind="mem0-episode",
-                injected_ids=[m.memory_id for m in it.injected], order=order,
-                extra={"messages": messages}))
-            order += 1
-        return update
+        """One pending add per learnable episode (mem0 embeds and extracts in `apply`)."""
+        return BankUpdate(add=self.new_entries(items))
+
+    def _new_memory(self, it: LearnItem) -> NewMemory | None:
+        if it.digest is None or it.result.info.get("carried"):
+            return None
+        messages = it.digest["messages"]
+        return NewMemory(raw_text(messages), kind="mem0-episode", extra={"messages": messages})
+
+    def _entry_key(self, it: LearnItem) -> tuple[str, list[float]]:
+        return it.task.intent, []  # mem0 embeds what it extracts itself
+
+    def _next_order(self) -> int:
+        return self._next_order_value
 
     def apply(self, update: BankUpdate) -> None:
         for entry in sorted(update.add, key=lambda e: e.order):
@@ -463,7 +463,7 @@ class Mem0Memory(MemoryModule):
     def _record(self, record: dict[str, Any]) -> None:
         append_jsonl(self.ledger_path, [json.dumps(record, sort_keys=True)])
         self._applied[record["key"]] = record
-        self._next_order = max(self._next_order, int(record["order"]) + 1)
+        self._next_order_value = max(self._next_order_value, int(record["order"]) + 1)
 
     # ------------------------------------------------------------------- state
     @property

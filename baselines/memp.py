@@ -1,4 +1,4 @@
-"""MemP (Fang et al. 2025, "MemP: Exploring Agent Procedural Memory"; DESIGN §6): procedural
+"""MemP (Fang et al. 2025, "MemP: Exploring Agent Procedural Memory"; docs/design.md §6): procedural
 memory with three independent axes, each a setting.
 
 Build (what one episode stores):
@@ -57,7 +57,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from memrl.llm.base import LLMError
-from memrl.memory.base import BankedMemory, LearnItem
+from memrl.memory.base import BankedMemory, LearnItem, NewMemory
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.bank import BankSettings
 from memrl.memory.writer import format_trajectory
@@ -206,7 +206,7 @@ class MemPMemory(BankedMemory):
         self._episodes: dict[str, tuple[list[RetrievedMemory], list[str] | None, str | None]] = {}
         self._lock = threading.Lock()
 
-    def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
+    def prepare(self, tasks: list[Task], seed: int) -> dict[str, Any]:
         return {"build": self.s.build, "retrieve": self.s.retrieve, "update": self.s.update,
                 "k": self.s.k}
 
@@ -310,7 +310,7 @@ class MemPMemory(BankedMemory):
                llm: "EpisodeLLM | None") -> dict[str, Any] | None:
         with self._lock:
             used, keywords, kw_error = self._episodes.pop(task.task_id, ([], None, None))
-        if result.errors and not self.s.learn_from_errors:
+        if self.skips(bool(result.errors)):
             return None  # plan ignores it: spend no model calls on it
         errors = [kw_error] if kw_error else []
         trajectory = format_trajectory(result, self.s.writer.max_trajectory_chars)
@@ -350,9 +350,8 @@ class MemPMemory(BankedMemory):
         wins = {mid: int(e.extra.get("successes", 0)) for mid, e in current.items()}
         touched: set[str] = set()
         revised: dict[str, str] = {}
-        order = self.bank.next_order
         for it in items:
-            if it.errored and not self.s.learn_from_errors:
+            if self.skips(it.errored):
                 continue
             for m in it.injected:
                 if m.memory_id not in current:
@@ -367,9 +366,7 @@ class MemPMemory(BankedMemory):
                 for mid, text in d.get("revisions", {}).items():
                     if mid in current:
                         revised[mid] = text  # a later failure of the batch wins
-            if d.get("add") and d.get("experience"):
-                update.add.append(self._new_entry(it, d, order))
-                order += 1
+        update.add = self.new_entries(items)
         for mid in sorted(touched | set(revised)):
             if is_deprecated(hits[mid], wins[mid], self.s.deprecation):
                 update.delete.append(mid)
@@ -386,23 +383,24 @@ class MemPMemory(BankedMemory):
             update.set_fields[mid] = fields
         return update
 
-    def _new_entry(self, it: LearnItem, d: dict[str, Any], order: int) -> MemoryEntry:
-        if self.s.retrieve == "keyword_average":
-            key = self.keyword_key(d["keywords"] or [it.task.intent])
-        elif it.embedding:
-            key = np.asarray(it.embedding, dtype=np.float32)
-        else:
-            key = self._embed(it.task.intent)
+    def _new_memory(self, it: LearnItem) -> NewMemory | None:
+        d = it.digest
+        if d is None or not (d.get("add") and d.get("experience")):
+            return None
         extra: dict[str, Any] = {"successes": 0, "script": d["script"], "trajectory": d["trajectory"],
                                  "revisions": 0}
         if d.get("keywords") is not None:
             extra["keywords"] = list(d["keywords"])
-        return MemoryEntry(
-            memory_id=f"e{it.epoch:03d}:{it.task.task_id}", intent=it.task.intent,
-            experience=d["experience"], embedding=[float(v) for v in key], q=0.0, visits=0,
-            success=bool(it.result.success), epoch=it.epoch, task_id=it.task.task_id,
-            kind=self.s.build, injected_ids=[m.memory_id for m in it.injected], order=order,
-            extra=extra)
+        return NewMemory(d["experience"], kind=self.s.build, extra=extra)
+
+    def _entry_key(self, it: LearnItem) -> tuple[str, list[float]]:
+        """keyword_average: the mean of the key words' embeddings (as queries are made);
+        otherwise the intent's embedding."""
+        if self.s.retrieve == "keyword_average":
+            key = self.keyword_key(it.digest["keywords"] or [it.task.intent])
+        else:
+            key = np.asarray(super()._entry_key(it)[1], dtype=np.float32)
+        return it.task.intent, [float(v) for v in key]
 
     def snapshot(self) -> list[dict[str, Any]]:
         """The bank, with each memory's hits, successes and revision count."""

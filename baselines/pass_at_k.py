@@ -1,8 +1,8 @@
-"""Pass@k (DESIGN §5, §6): k independent attempts per task with no memory; only the CSR
+"""Pass@k (docs/design.md §5, §6): k independent attempts per task with no memory; only the CSR
 (fraction of tasks solved at least once) is reported.
 
-One attempt per epoch, so k is the number of epochs: configs/memory/pass_at_k.yaml sets
-`k: ${runner.epochs}` and the two cannot disagree (set `runner.epochs`, not `memory.k`).
+One attempt per epoch, so k is the number of epochs: set `runner.epochs` (there is no
+separate k to disagree with it).
 A task solved once is not attempted again: the runner carries its success forward with no
 model call (`skip_solved`), so SR_t is the running Pass@t and Last = CSR = Pass@k.
 
@@ -14,20 +14,22 @@ in the response cache, so the attempts stay distinct and replay exactly).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from memrl.memory.base import LearnItem, MemoryModule
 from memrl.memory.entry import BankUpdate
-from memrl.records import Task
 
 
 class PassAtKSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    # `k` (= runner.epochs) was a field until k became runner.epochs alone; older run cards
+    # still hold it, and a resume or the report ignores it (memrl.result_keys.retired)
+    RETIRED_FIELDS: ClassVar[tuple[str, ...]] = ("k",)
+
     name: str = "pass_at_k"
-    k: int = Field(10, ge=1, description="attempts per task; equals runner.epochs")
 
 
 class PassAtK(MemoryModule):
@@ -38,9 +40,6 @@ class PassAtK(MemoryModule):
 
     def __init__(self, settings: PassAtKSettings | None = None) -> None:
         self.settings = settings or PassAtKSettings()
-
-    def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
-        return {"k": self.settings.k}
 
     def plan(self, items: list[LearnItem]) -> BankUpdate:
         return BankUpdate()

@@ -1,4 +1,4 @@
-"""RAG baseline (DESIGN §6): every episode is stored as it happened; retrieval is top-k by
+"""RAG baseline (docs/design.md §6): every episode is stored as it happened; retrieval is top-k by
 cosine similarity of intents; everything retrieved is injected.
 
 - Write: one entry per episode, with no model call: a two-line header (the task and its
@@ -17,20 +17,16 @@ Chroma bank under `<run_dir>/bank` queried by similarity alone.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from memrl.memory.base import BankedMemory, LearnItem
-from memrl.memory.entry import BankUpdate, MemoryEntry
+from memrl.memory.base import BankedMemory, LearnItem, NewMemory
+from memrl.memory.entry import BankUpdate
 from memrl.memory.bank import BankSettings
 from memrl.memory.writer import format_trajectory
 from memrl.records import EpisodeResult, RetrievedMemory, Task
-
-if TYPE_CHECKING:
-    from memrl.embed import Embedder
 
 _UNBOUNDED = 10**12
 
@@ -57,12 +53,9 @@ def trajectory_memory(intent: str, result: EpisodeResult, max_chars: int | None)
 
 class SimilarityMemory(BankedMemory):
     """A bank ranked by intent similarity only. Subclasses say what an episode stores
-    (`_experience`); Q is never written, `visits` optionally counts injections."""
+    (`_new_memory`); Q is never written, `visits` optionally counts injections."""
 
-    def __init__(self, settings: Any, *, bank_dir: str | Path, embedder: "Embedder"):
-        super().__init__(settings, bank_dir=bank_dir, embedder=embedder)
-
-    def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
+    def prepare(self, tasks: list[Task], seed: int) -> dict[str, Any]:
         return {"k": self.s.k, "min_similarity": self.s.min_similarity}
 
     def _embed(self, text: str) -> np.ndarray:
@@ -77,10 +70,6 @@ class SimilarityMemory(BankedMemory):
                 for e, sim in hits if gate is None or sim >= gate]
 
     # ------------------------------------------------------------------ learn
-    def _experience(self, it: LearnItem) -> tuple[str, str, dict[str, Any]] | None:
-        """(experience text, kind, extra provenance) for a new entry, or None to store nothing."""
-        raise NotImplementedError
-
     def plan(self, items: list[LearnItem]) -> BankUpdate:
         update = BankUpdate()
         if self.s.count_visits:
@@ -91,23 +80,8 @@ class SimilarityMemory(BankedMemory):
                     if m.memory_id in visits:  # absent: removed since retrieval
                         visits[m.memory_id] += 1
                         update.set_fields[m.memory_id] = {"visits": visits[m.memory_id]}
-        order = self.bank.next_order
-        for it in items:
-            if it.errored and not self.s.learn_from_errors:
-                continue
-            made = self._experience(it)
-            if made is None:
-                continue
-            text, kind, extra = made
-            key = list(map(float, it.embedding)) if it.embedding else self._embed(it.task.intent).tolist()
-            update.add.append(MemoryEntry(
-                memory_id=f"e{it.epoch:03d}:{it.task.task_id}", intent=it.task.intent,
-                experience=text, embedding=key, q=0.0, visits=0, success=bool(it.result.success),
-                epoch=it.epoch, task_id=it.task.task_id, kind=kind,
-                injected_ids=[m.memory_id for m in it.injected], order=order, extra=extra))
-            order += 1
+        update.add = self.new_entries(items)
         return update
-
 
 
 class RAGMemory(SimilarityMemory):
@@ -115,9 +89,6 @@ class RAGMemory(SimilarityMemory):
     needs_llm = False  # storing a trajectory needs no model
     Settings = RAGSettings
 
-    def __init__(self, settings: RAGSettings, *, bank_dir: str | Path, embedder: "Embedder"):
-        super().__init__(settings, bank_dir=bank_dir, embedder=embedder)
-
-    def _experience(self, it: LearnItem) -> tuple[str, str, dict[str, Any]]:
-        return (trajectory_memory(it.task.intent, it.result, self.s.max_trajectory_chars),
-                "trajectory", {})
+    def _new_memory(self, it: LearnItem) -> NewMemory:
+        return NewMemory(trajectory_memory(it.task.intent, it.result, self.s.max_trajectory_chars),
+                         kind="trajectory")

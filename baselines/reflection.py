@@ -1,4 +1,4 @@
-"""Single-task reflection (Reflexion-style, DESIGN §6): each task sees only its own previous
+"""Single-task reflection (Reflexion-style, docs/design.md §6): each task sees only its own previous
 attempt, never another task's.
 
 - Memory: one entry per task, id `last:<task_id>`, replaced after every attempt (an upsert
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from memrl.memory.base import BankedMemory, LearnItem
-from memrl.memory.entry import BankUpdate, MemoryEntry
+from memrl.memory.base import BankedMemory, LearnItem, NewMemory
+from memrl.memory.entry import BankUpdate
 from memrl.memory.bank import BankSettings
 from memrl.memory.memrl import WriterSettings
 from memrl.memory.writer import ExperienceWriter, format_trajectory
@@ -68,7 +68,7 @@ class ReflectionMemory(BankedMemory):
 
     def digest(self, task: Task, result: EpisodeResult, *, epoch: int,
                llm: "EpisodeLLM | None") -> dict[str, Any] | None:
-        if result.errors and not self.s.learn_from_errors:
+        if self.skips(bool(result.errors)):
             return None  # plan() keeps the previous memory; no reflection is paid for
         if result.success:
             return {"experience": success_memory(task.intent, result, self.s.writer.max_trajectory_chars),
@@ -76,19 +76,12 @@ class ReflectionMemory(BankedMemory):
         return self.writer.write(task.intent, result, llm)  # reflection + the failed attempt
 
     def plan(self, items: list[LearnItem]) -> BankUpdate:
-        update = BankUpdate()
-        order = self.bank.next_order
-        for it in items:
-            if (it.errored and not self.s.learn_from_errors) or it.digest is None:
-                continue
-            key = list(map(float, it.embedding)) if it.embedding else \
-                self.embedder.embed([it.task.intent])[0].tolist()
-            update.add.append(MemoryEntry(
-                memory_id=memory_id(it.task.task_id), intent=it.task.intent,
-                experience=it.digest["experience"], embedding=key, q=0.0, visits=0,
-                success=bool(it.result.success), epoch=it.epoch, task_id=it.task.task_id,
-                kind=it.digest.get("kind", ""), injected_ids=[m.memory_id for m in it.injected],
-                order=order))
-            order += 1
-        return update
+        return BankUpdate(add=self.new_entries(items))  # an entry replaces the task's previous one
 
+    def _entry_id(self, it: LearnItem) -> str:
+        return memory_id(it.task.task_id)
+
+    def _new_memory(self, it: LearnItem) -> NewMemory | None:
+        if it.digest is None:
+            return None
+        return NewMemory(it.digest["experience"], kind=it.digest.get("kind", ""))

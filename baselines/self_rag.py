@@ -1,4 +1,4 @@
-"""Self-RAG-style baseline (DESIGN §6): the frozen model itself decides whether to retrieve
+"""Self-RAG-style baseline (docs/design.md §6): the frozen model itself decides whether to retrieve
 and which retrieved memories are relevant.
 
 - Bank: written like MemRL's (the project's experience writer: a short plan after a success,
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from memrl.llm.base import LLMError
-from memrl.memory.base import LearnItem
+from memrl.memory.base import LearnItem, NewMemory
 from memrl.memory.bank import BankSettings
 from memrl.memory.memrl import WriterSettings
 from memrl.memory.writer import ExperienceWriter
@@ -145,13 +145,14 @@ class SelfRAGMemory(SimilarityMemory):
                llm: "EpisodeLLM | None") -> dict[str, Any] | None:
         with self._lock:
             trace = self._decisions.pop(task.task_id, {})
-        if result.errors and not self.s.learn_from_errors:
+        if self.skips(bool(result.errors)):
             return None  # nothing will be stored: do not pay for writing it
         out = self.writer.write(task.intent, result, llm)
         out["self_rag"] = trace
         return out
 
-    def _experience(self, it: LearnItem) -> tuple[str, str, dict[str, Any]] | None:
+    def _new_memory(self, it: LearnItem) -> NewMemory | None:
         if it.digest is None:
             return None
-        return it.digest["experience"], it.digest.get("kind", ""), {"self_rag": it.digest.get("self_rag", {})}
+        return NewMemory(it.digest["experience"], kind=it.digest.get("kind", ""),
+                         extra={"self_rag": it.digest.get("self_rag", {})})

@@ -3,46 +3,83 @@
 Each section is checked by a pydantic model; a bad value stops the run with one message per
 problem, each naming the full key (e.g. `memory.lam: Input should be less than or equal to 1`).
 Env and memory sections name their class in `_target_`; the class carries its `Settings`.
+The agent must be one of the env's policies (`POLICIES`); whether it needs a model is the
+policy's `needs_llm`.
+
+Importing this module registers the config resolver `memrl.paper_delta` (see `paper_delta`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from memrl.result_keys import no_effect
 from memrl.runner import RunnerSettings
+
+if TYPE_CHECKING:
+    from memrl_envs.base import Policy
+
+# The embedding model the paper's per-benchmark similarity gates δ (v2, Table 8) were chosen
+# for; a similarity threshold does not carry over to another model's geometry.
+PAPER_EMBEDDER = "text-embedding-3-large"
+
+
+def paper_delta(delta: Any, *, _root_: DictConfig) -> Any:
+    """`${memrl.paper_delta:<Table 8 δ>}` in an env config: that δ when the configured
+    embedder is the paper's (any provider prefix, e.g. openai/), else "auto" (recomputed for
+    the configured embedder at start, see `MemRLMemory.prepare`)."""
+    model = str(OmegaConf.select(_root_, "embedder.model", default="") or "")
+    return delta if model.rsplit("/", 1)[-1] == PAPER_EMBEDDER else "auto"
+
+
+OmegaConf.register_new_resolver("memrl.paper_delta", paper_delta, replace=True)
+
+
+# configs/ of the checkout (the package is installed editable, so it sits beside memrl/)
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
 class ConfigError(ValueError):
     """A configuration problem; the message names every offending key."""
 
 
-class LLMSettings(BaseModel):
+class ModelService(BaseModel):
+    """What the LLM and the embedder sections share: which model, where it is served, the
+    name of the environment variable holding its key, and its on-disk cache."""
+
     model_config = ConfigDict(extra="forbid")
     name: str
-    backend: Literal["litellm", "local", "scripted"]
     model: str | None = None
     api_base: str | None = None
-    api_key_env: str | None = None  # name of the env var holding the key (never the key itself)
-    timeout: float = Field(60.0, gt=0)
-    max_concurrency: int = Field(8, ge=1)
-    max_retries: int = Field(6, ge=0)
+    # name of the env var holding the key (never the key itself)
+    api_key_env: str | None = no_effect(None)
+    # a cache replays answers (or embeddings); it does not change them
+    cache: bool = no_effect(True)
+    cache_path: str | None = no_effect(None)
+
+
+class LLMSettings(ModelService):
+    backend: Literal["litellm", "local", "scripted"]
+    timeout: float = no_effect(60.0, gt=0)
+    max_concurrency: int = no_effect(8, ge=1)
+    max_retries: int = no_effect(6, ge=0)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(256, ge=1)
-    cache: bool = True
-    cache_path: str | None = None
     n_ctx: int = Field(4096, ge=256)
-    n_threads: int | None = Field(None, ge=1)
+    # CPU threads of the embedded model (not part of the response cache key either)
+    n_threads: int | None = no_effect(None, ge=1)
     model_path: str | None = None
     script: str | None = None  # scripted backend: "package.module:function" (tests)
-    backoff_base: float = Field(1.0, ge=0.0)
-    backoff_max: float = Field(60.0, ge=0.0)
+    backoff_base: float = no_effect(1.0, ge=0.0)
+    backoff_max: float = no_effect(60.0, ge=0.0)
     # accepts images: true/false; null = litellm's model list (litellm), false (local)
     vision: bool | None = None
     # litellm: passed to litellm.completion as it is (e.g. {repeat_penalty: 1.0}); part of the
@@ -50,10 +87,10 @@ class LLMSettings(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)
     # local: completion (plain text continued; base models) | chat (the file's chat template)
     mode: Literal["completion", "chat"] = "completion"
-    # local: keep the KV cache of the shared prompt prefix in whole aligned blocks (outputs are
-    # the same as without: memrl.llm.local); false = evaluate every prompt from scratch
-    reuse_prefix: bool = True
-    prefix_block: int = Field(64, ge=1)
+    # local: keep the KV cache of the shared prompt prefix in whole aligned blocks; the answers
+    # are the same as without (memrl.llm.local); false = evaluate every prompt from scratch
+    reuse_prefix: bool = no_effect(True)
+    prefix_block: int = no_effect(64, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> "LLMSettings":
@@ -75,30 +112,38 @@ class LLMSettings(BaseModel):
         return self
 
 
-class EmbedderSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str
+class EmbedderSettings(ModelService):
     backend: Literal["minilm", "litellm", "hashing"]
-    model: str | None = None
-    api_base: str | None = None
-    api_key_env: str | None = None
-    cache: bool = True
-    cache_path: str | None = None
-    dim: int = Field(64, ge=2)
+    # the hashing embedder's dimension; MiniLM is 384-d and API models say theirs
+    dim: int | None = Field(None, ge=2)
+
+    @model_validator(mode="after")
+    def _check(self) -> "EmbedderSettings":
+        if self.dim is not None and self.backend != "hashing":
+            raise ValueError(f"dim: only the hashing embedder takes a dimension "
+                             f"({self.backend} embeddings have the model's own)")
+        return self
+
+
+class PathsSettings(BaseModel):
+    """The `paths` section: where machine-wide files live (memrl.cache)."""
+
+    model_config = ConfigDict(extra="forbid")
+    cache_dir: str = no_effect(description="response, embedding and data caches, the DB server's "
+                               "data ($MEMRL_CACHE_DIR, else ~/.cache/memrl)")
 
 
 class AgentSettings(BaseModel):
-    """The `agent` group. An agent that needs no LLM is an oracle (ALFWorld's expert, BCB's
-    canonical solution, the Lifelong / HLE gold answer): it does not read memories, so the
-    runner gives it none (`reads_memories`), and no memory's Q is updated by its episodes."""
+    """Which of the env's agents plays (`react` or one of its oracles)."""
 
     model_config = ConfigDict(extra="forbid")
     name: str
-    needs_llm: bool = True
 
-    @property
-    def reads_memories(self) -> bool:
-        return self.needs_llm
+
+# Sections whose schema is fixed (env and memory name their class, and so their schema, in
+# `_target_`); memrl.result_keys reads the marks of the same schemas.
+SECTION_SCHEMAS: dict[str, type[BaseModel]] = {
+    "llm": LLMSettings, "embedder": EmbedderSettings, "agent": AgentSettings, "runner": RunnerSettings}
 
 
 @dataclass
@@ -112,6 +157,7 @@ class Validated:
     agent: AgentSettings
     runner: RunnerSettings
     seed: int
+    policy: "type[Policy]"  # the agent's policy class in the env's registry
 
 
 def _errors(section: str, exc: ValidationError) -> list[str]:
@@ -171,8 +217,7 @@ def validate(cfg: DictConfig) -> Validated:
                 parsed[section] = cls.Settings.model_validate(data)
             except ValidationError as exc:
                 problems += _errors(section, exc)
-    for section, model in (("llm", LLMSettings), ("embedder", EmbedderSettings),
-                           ("agent", AgentSettings), ("runner", RunnerSettings)):
+    for section, model in SECTION_SCHEMAS.items():
         try:
             parsed[section] = model.model_validate(_section(cfg, section))
         except ValidationError as exc:
@@ -180,8 +225,24 @@ def validate(cfg: DictConfig) -> Validated:
     seed = cfg.get("seed", 0)
     if not isinstance(seed, int) or seed < 0:
         problems.append(f"seed: must be a non-negative integer (got {seed!r})")
+    policy = _policy(classes["env"], parsed.get("agent"), problems)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return Validated(env_cls=classes["env"], env=parsed["env"], memory_cls=classes["memory"],
                      memory=parsed["memory"], llm=parsed["llm"], embedder=parsed["embedder"],
-                     agent=parsed["agent"], runner=parsed["runner"], seed=seed)
+                     agent=parsed["agent"], runner=parsed["runner"], seed=seed, policy=policy)
+
+
+def _policy(env_cls: type | None, agent: AgentSettings | None, problems: list[str]) -> "type[Policy] | None":
+    """The agent's policy from the env's registry; a problem naming the env's agents if absent."""
+    if env_cls is None or agent is None:
+        return None
+    policies = getattr(env_cls, "POLICIES", None)
+    if not policies:
+        problems.append(f"env._target_: {env_cls.__name__} lists no agents (POLICIES)")
+        return None
+    if agent.name not in policies:
+        problems.append(f"agent: env {getattr(env_cls, 'name', env_cls.__name__)!r} has no agent "
+                        f"{agent.name!r} (its agents: {', '.join(sorted(policies))})")
+        return None
+    return policies[agent.name]

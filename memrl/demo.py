@@ -1,6 +1,6 @@
 """`make demo`: memory changing outcomes, offline, on real ALFWorld games.
 
-    python -m memrl.demo [--out runs/demo] [--bench-prompts 8] [OVERRIDES...]
+    memrl demo [--out runs/demo] [--bench-prompts 8] [OVERRIDES...]   (= python -m memrl.demo)
 
 1. Teacher: ALFWorld's handcoded expert plays the demo games once (`memrl.teach`, no model);
    its episodes, failed ones included, become the teacher bank (`<out>/teacher`).
@@ -11,7 +11,7 @@
    `<out>/demo.png`; the cross-run report with its tables and figures in `<out>/report/`,
    which gets a copy of `demo.md`): success rate per epoch per method; the paired
    comparison over games of the final epoch (McNemar and a paired bootstrap interval,
-   `memrl.report.compare`); the teacher memories whose Q rose and fell under MemRL; copy
+   `memrl.report.tables.compare`); the teacher memories whose Q rose and fell under MemRL; copy
    accuracy (`memrl.teacher_effect`); the embedded model's prompt and decode tokens/s with
    the prefix reuse, and before/after on the same prompts (`--bench-prompts`).
 
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from memrl.config import ConfigError
+from memrl.rundir import RunDir
 
 DEFAULT_OUT = Path("runs/demo")
 BASE = ["experiment=demo"]
@@ -109,7 +110,7 @@ def _groups(dirs: dict[str, Path]) -> dict[str, Any]:
 def comparisons(groups: dict[str, Any], reference: str = REFERENCE) -> list[dict[str, Any]]:
     """Final-epoch paired comparisons: the reference against each method, and every memory
     method against no memory."""
-    from memrl.report import compare
+    from memrl.report.tables import compare
 
     pairs = [(reference, m) for m in groups if m != reference]
     pairs += [(m, "none") for m in groups if m not in (reference, "none") and "none" in groups]
@@ -138,7 +139,7 @@ def speed_of(run_dirs: Sequence[Path]) -> dict[str, Any]:
             "decode_s", "wall_s")
     tot = {k: 0.0 for k in keys}
     for d in run_dirs:
-        card = json.loads((d / "run_card.json").read_text())
+        card = json.loads(RunDir(d).card.read_text())
         for s in card.get("sessions", []):
             for k in keys:
                 tot[k] += float(((s.get("llm") or {}).get("backend") or {}).get(k, 0) or 0)
@@ -159,7 +160,7 @@ def analyse(out: Path, teacher_dir: Path, dirs: dict[str, Path]) -> DemoResult:
     copy = {m: {e: rep.to_dict() for e, rep in copy_accuracy(d, teacher).items()} for m, d in dirs.items()}
     moves = [dict(vars(q), movement=q.movement) for q in teacher_q(dirs[REFERENCE])] \
         if REFERENCE in dirs else []
-    card = json.loads((dirs[next(iter(dirs))] / "run_card.json").read_text())
+    card = json.loads(RunDir(dirs[next(iter(dirs))]).card.read_text())
     cap = int(((card.get("config") or {}).get("env") or {}).get("max_steps") or 0)
     fits = sum(t.success and len(t.actions) <= cap for t in teacher.values())
     return DemoResult(
@@ -259,7 +260,7 @@ def render(res: DemoResult) -> str:
 
 
 def plot(res: DemoResult, path: Path) -> Path:
-    from memrl.report import _plt, _rate_axis, _save
+    from memrl.report.figures import _plt, _rate_axis, _save
 
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -304,8 +305,8 @@ def write(res: DemoResult) -> dict[str, Path]:
 
 
 # --------------------------------------------------------------------------- main
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m memrl.demo", description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None, prog: str = "memrl demo") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--bench-prompts", type=int, default=8,
                     help="prompts timed with prefix reuse off and on (0 = skip)")

@@ -22,6 +22,7 @@ def demo_prompts(teacher_run: str | Path, env_cfg: dict[str, Any], n: int, llm: 
     """Up to `n` prompts built from the teacher run (see module docstring)."""
     from memrl.memory.bank import ChromaBank
     from memrl.records import RetrievedMemory, Step, iter_jsonl
+    from memrl.rundir import RunDir
     from memrl_envs.alfworld import catalog
     from memrl_envs.alfworld.prompts import (INSTRUCTIONS, build_prompt, default_prompts_file,
                                              load_demonstrations, resolve_style,
@@ -30,13 +31,13 @@ def demo_prompts(teacher_run: str | Path, env_cfg: dict[str, Any], n: int, llm: 
     root = Path(env_cfg["data_root"])
     demos = load_demonstrations(env_cfg.get("prompts_file") or default_prompts_file(root))
     style = resolve_style(str(env_cfg.get("demo_style", "auto")), llm)
-    bank = ChromaBank(Path(teacher_run) / "bank", create=False)
+    bank = ChromaBank(RunDir(teacher_run).bank, create=False)
     try:
         entries = {e.task_id: e for e in bank.iter_entries()}
     finally:
         bank.close()
     prompts: list[str] = []
-    for rec in iter_jsonl(Path(teacher_run) / "episodes.jsonl"):
+    for rec in iter_jsonl(RunDir(teacher_run).episodes):
         e = entries.get(rec["task_id"])
         if e is None:
             continue

@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from memrl.llm.cache import default_cache_dir
+from memrl.cache import EMBEDDING_CACHE, default_cache_dir
 
 
 @runtime_checkable
@@ -42,10 +42,10 @@ class MiniLMEmbedder:
 
     model_id = "sentence-transformers/all-MiniLM-L6-v2"
     dim = 384
+    device = "cpu"  # the project's torch is the CPU build
+    batch_size = 64
 
-    def __init__(self, device: str = "cpu", batch_size: int = 64) -> None:
-        self.device = device
-        self.batch_size = int(batch_size)
+    def __init__(self) -> None:
         self._model: Any = None
         self._lock = threading.Lock()
 
@@ -85,7 +85,6 @@ class LiteLLMEmbedder:
         batch_size: int = 256,
         timeout: float = 60,
         max_retries: int = 6,
-        dim: int | None = None,
     ) -> None:
         self.model = model
         self.api_base = api_base or None
@@ -94,7 +93,7 @@ class LiteLLMEmbedder:
         self.timeout = float(timeout)
         self.max_retries = int(max_retries)
         self.model_id = f"{model}@{self.api_base}" if self.api_base else model
-        self._dim = dim
+        self._dim: int | None = None  # the model's own, learnt from its first answer
 
     @property
     def dim(self) -> int:
@@ -205,8 +204,8 @@ class CachedEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
+        if not texts:  # the inner embedder knows its width without a model call
+            return np.asarray(self.inner.embed([]), dtype=np.float32)
         keys = [self._key(t) for t in texts]
         unique = dict(zip(keys, texts))  # key -> text, first occurrence order
         found = self._lookup(list(unique))
@@ -232,29 +231,22 @@ class CachedEmbedder:
 
 def build_embedder(cfg: Mapping[str, Any]) -> Embedder:
     """Embedder from config keys: backend (minilm|litellm|hashing), model, api_base,
-    api_key_env, dim, device, batch_size, cache (bool), cache_path."""
+    api_key_env, dim (hashing only), cache (bool), cache_path."""
     backend = str(cfg.get("backend", "minilm"))
     inner: Embedder
     if backend == "minilm":
-        inner = MiniLMEmbedder(
-            device=str(cfg.get("device", "cpu") or "cpu"), batch_size=int(cfg.get("batch_size", 64) or 64)
-        )
+        inner = MiniLMEmbedder()
     elif backend == "litellm":
         model = cfg.get("model")
         if not model:
             raise ValueError("embedder.backend=litellm needs embedder.model")
-        dim = cfg.get("dim")
-        inner = LiteLLMEmbedder(
-            str(model),
-            api_base=cfg.get("api_base"),
-            api_key_env=cfg.get("api_key_env"),
-            dim=int(dim) if dim else None,
-        )
+        inner = LiteLLMEmbedder(str(model), api_base=cfg.get("api_base"),
+                                api_key_env=cfg.get("api_key_env"))
     elif backend == "hashing":
         inner = HashingEmbedder(dim=int(cfg.get("dim", 64) or 64))
     else:
         raise ValueError(f"unknown embedder backend {backend!r} (minilm | litellm | hashing)")
     if cfg.get("cache", False):
-        path = cfg.get("cache_path") or default_cache_dir() / "embed-cache.sqlite"
+        path = cfg.get("cache_path") or default_cache_dir() / EMBEDDING_CACHE
         return CachedEmbedder(inner, path)
     return inner

@@ -22,9 +22,10 @@ from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-log = logging.getLogger("memrl.logging_wandb")
+from memrl.result_keys import no_effect
+from memrl.rundir import RunDir
 
-RUN_ID_FILE = "wandb_run_id.txt"
+log = logging.getLogger("memrl.logging_wandb")
 
 
 class WandbSettings(BaseModel):
@@ -38,9 +39,11 @@ class WandbSettings(BaseModel):
 
 
 class LoggerSettings(BaseModel):
+    """An experiment tracker sees the metrics; it never changes them."""
+
     model_config = ConfigDict(extra="forbid")
-    name: Literal["none", "wandb"] = "none"
-    wandb: WandbSettings = WandbSettings()
+    name: Literal["none", "wandb"] = no_effect("none")
+    wandb: WandbSettings = no_effect(WandbSettings())
 
 
 def parse_settings(cfg: Mapping[str, Any] | None) -> LoggerSettings:
@@ -99,7 +102,7 @@ class EpochLogger:
 
 
 def _run_id(run_dir: Path) -> str:
-    path = run_dir / RUN_ID_FILE
+    path = RunDir(run_dir).wandb_run_id
     if path.is_file() and path.read_text().strip():
         return path.read_text().strip()
     rid = uuid.uuid4().hex[:12]
@@ -132,7 +135,7 @@ class WandbLogger(EpochLogger):
             name=name or run_dir.name, dir=str(run_dir), id=_run_id(run_dir), resume="allow",
             mode=self.mode, config=dict(config),
             settings=self.wandb.Settings(api_key=key, console="off", silent=True))
-        self.dir = run_dir / "wandb"
+        self.dir = RunDir(run_dir).wandb
 
     def log_epoch(self, metrics: Mapping[str, Any], epoch: int) -> None:
         self.run.log(epoch_metrics(metrics, epoch), step=int(epoch))

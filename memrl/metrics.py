@@ -1,4 +1,4 @@
-"""Run metrics (DESIGN.md §5), computed from `episodes.jsonl` alone.
+"""Run metrics (docs/design.md §5), computed from a run's episode records alone.
 
 For N tasks over epochs t = 1..E the success matrix is s[t, i] ∈ {0, 1}:
 
@@ -12,13 +12,12 @@ For N tasks over epochs t = 1..E the success matrix is s[t, i] ∈ {0, 1}:
 Several records for one (task, epoch) -- e.g. Pass@k attempts -- count as a
 success if any of them succeeded.
 
-CLI: ``python -m memrl.metrics <run_dir> [--no-plots] [--allow-missing]``.
+CLI: ``memrl metrics <run_dir> [--no-plots] [--allow-missing]`` (also
+``python -m memrl.metrics``; see memrl/cli/metrics.py).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -26,9 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from memrl.records import EpisodeRecord, read_episodes, write_json_atomic
-
-EPISODES_FILE = "episodes.jsonl"
-METRICS_FILE = "metrics.json"
+from memrl.rundir import RunDir
 
 
 def _index(records: Sequence[EpisodeRecord]) -> tuple[list[str], list[int], dict[tuple[str, int], bool]]:
@@ -116,17 +113,18 @@ def forgetting_mean(S: np.ndarray) -> float | None:
     return float(np.mean(fr)) if fr else None
 
 
-def outcome_counts(records: Sequence[EpisodeRecord]) -> dict[str, dict[str, int]]:
-    """Episodes per outcome class (the env's `info["outcome"]`: e.g. pass / fail / timeout /
-    env_error on BigCodeBench, judge_error on HLE) for each epoch, keyed by epoch as a string.
-    Empty when the env records no outcome classes (ALFWorld)."""
+def outcome_counts(records: Sequence[EpisodeRecord], field: str = "outcome") -> dict[str, dict[str, int]]:
+    """Episodes per outcome for each epoch, keyed by epoch as a string: the shared `outcome`
+    (success / failure / timeout / env_error / llm_error / judge_error, the same words for
+    every env), or with `field="outcome_detail"` the env's own classes (e.g. BigCodeBench's
+    syntax_error); episodes without a detail are not counted there."""
     out: dict[str, dict[str, int]] = {}
     for r in records:
-        outcome = (r.info or {}).get("outcome")
-        if outcome is None:
+        value = getattr(r, field)
+        if not value:
             continue
         per_epoch = out.setdefault(str(int(r.epoch)), {})
-        per_epoch[str(outcome)] = per_epoch.get(str(outcome), 0) + 1
+        per_epoch[value] = per_epoch.get(value, 0) + 1
     return {e: dict(sorted(c.items())) for e, c in sorted(out.items(), key=lambda kv: int(kv[0]))}
 
 
@@ -153,16 +151,14 @@ def compute_metrics(records: Sequence[EpisodeRecord], allow_missing: bool = Fals
         "llm_calls": sum(int(r.llm_calls) for r in records),
         "missing_cells": [[t, e] for t, e in missing_cells(records)],
         "outcomes": outcome_counts(records),
+        "outcome_details": outcome_counts(records, "outcome_detail"),
     }
 
 
-EVAL_EPISODES_FILE = "eval_episodes.jsonl"
-
-
-def load_run(run_dir: str | Path) -> list[EpisodeRecord]:
-    path = Path(run_dir) / EPISODES_FILE
+def load_run(run_dir: str | Path | RunDir) -> list[EpisodeRecord]:
+    path = RunDir(run_dir).episodes
     if not path.is_file():
-        raise FileNotFoundError(f"no {EPISODES_FILE} in {run_dir}")
+        raise FileNotFoundError(f"no {path.name} in {run_dir}")
     return read_episodes(path)
 
 
@@ -176,35 +172,23 @@ def transfer_metrics(records: list[EpisodeRecord]) -> dict[str, Any]:
             "epochs": [int(e) for e in epochs]}
 
 
-def write_metrics(run_dir: str | Path, plots: bool = True, allow_missing: bool = False) -> dict[str, Any]:
+def write_metrics(run_dir: str | Path | RunDir, plots: bool = True,
+                  allow_missing: bool = False) -> dict[str, Any]:
     """Compute metrics for a run, write `metrics.json` (atomically) and, optionally, plots."""
-    run_dir = Path(run_dir)
-    metrics = compute_metrics(load_run(run_dir), allow_missing=allow_missing)
-    eval_path = run_dir / EVAL_EPISODES_FILE
+    rd = RunDir(run_dir)
+    metrics = compute_metrics(load_run(rd), allow_missing=allow_missing)
+    eval_path = rd.eval_episodes
     if eval_path.is_file() and eval_path.stat().st_size:
         metrics["transfer"] = transfer_metrics(read_episodes(eval_path))
-    write_json_atomic(run_dir / METRICS_FILE, metrics)
+    write_json_atomic(rd.metrics, metrics)
     if plots:
         from memrl.plots import plot_curves
 
-        plot_curves(metrics, run_dir / "plots")
+        plot_curves(metrics, rd.plots)
     return metrics
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m memrl.metrics", description=__doc__.splitlines()[0])
-    ap.add_argument("run_dir", type=Path)
-    ap.add_argument("--no-plots", action="store_true", help="write metrics.json only")
-    ap.add_argument("--allow-missing", action="store_true", help="count missing (task, epoch) cells as failures")
-    args = ap.parse_args(argv)
-    try:
-        metrics = write_metrics(args.run_dir, plots=not args.no_plots, allow_missing=args.allow_missing)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"memrl.metrics: error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(metrics, indent=2, sort_keys=True))
-    return 0
+if __name__ == "__main__":  # the command line lives in memrl/cli/metrics.py
+    from memrl.cli.metrics import main
 
-
-if __name__ == "__main__":
     sys.exit(main())

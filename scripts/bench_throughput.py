@@ -115,6 +115,7 @@ def run_child(args: argparse.Namespace) -> int:
     from memrl.config import validate
     from memrl.faults import FaultTally
     from memrl.run import freeze_startup_heap
+    from memrl.rundir import RunDir
     from memrl.runner import Runner
     from memrl_envs.alfworld import speedups
 
@@ -159,7 +160,7 @@ def run_child(args: argparse.Namespace) -> int:
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     objs.env.close()
     objs.memory.close()
-    records = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in RunDir(run_dir).episodes.read_text().splitlines()]
     sas = speedups.sas_cache()
     print(json.dumps({
         "wall_s": wall, "cpu_s": cpu, "episodes": len(records),

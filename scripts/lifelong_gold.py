@@ -28,15 +28,16 @@ DEFAULT_OS_DATA = ROOT.parent / "shared" / "data" / "lifelong" / "os_interaction
 
 def _db_env(args: argparse.Namespace, server_dir: str):
     from memrl_envs.lifelong import LifelongDbEnv
+    from memrl_envs.lifelong.db_settings import LifelongDbSettings
 
-    kw = dict(data_path=args.data or str(DEFAULT_DB_DATA), agent="gold", max_tasks=args.limit,
+    kw = dict(data_path=args.data or str(DEFAULT_DB_DATA), max_tasks=args.limit,
               task_ids=args.task_ids, mysql8_compat=not args.no_mysql8_compat)
     if args.host or args.socket:
         kw.update(server="external", host=args.host or "127.0.0.1", port=args.port, socket=args.socket,
                   user=args.user, password_env=args.password_env)
     else:
         kw.update(server="managed", server_dir=server_dir, port=args.port)
-    return LifelongDbEnv(**kw)
+    return LifelongDbEnv(LifelongDbSettings(**kw), agent="gold")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,9 +45,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.env == "os":
         from memrl_envs.lifelong import LifelongOsEnv
+        from memrl_envs.lifelong.os_settings import LifelongOsSettings
 
-        env = LifelongOsEnv(data_path=args.data or str(DEFAULT_OS_DATA), agent="gold", max_tasks=args.limit,
-                            task_ids=args.task_ids, rootfs_dir=args.rootfs_dir, build_rootfs=args.build_rootfs)
+        settings = LifelongOsSettings(data_path=args.data or str(DEFAULT_OS_DATA), max_tasks=args.limit,
+                                      task_ids=args.task_ids, rootfs_dir=args.rootfs_dir,
+                                      build_rootfs=args.build_rootfs)
+        env = LifelongOsEnv(settings, agent="gold")
         try:
             run_oracle(env, "os", os_miss, prepare=env.rootfs, json_out=args.json)
         finally:

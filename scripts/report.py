@@ -1,11 +1,12 @@
 """Tables and figures from run directories: python scripts/report.py RUN_OR_MULTIRUN_DIR... --out DIR
 
-See memrl/report.py for what is written and how the statistics are computed.
+The same as `memrl report ...`; see memrl/report/ for what is written and how the statistics
+are computed.
 """
 
 import sys
 
-from memrl.report import main
+from memrl.cli.report import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python scripts/report.py"))

@@ -41,12 +41,13 @@ def cache_dir(request) -> Path:
     return Path(request.config.cache.mkdir("memrl-alfworld"))
 
 
-def make_env(cache_dir, **kw):
+def make_env(cache_dir, *, agent, **fields):
     mod = alfworld_module()
-    kw.setdefault("split", "valid_seen")
-    kw.setdefault("data_root", ALFWORLD)
-    kw.setdefault("show_progress", False)
-    return mod.AlfworldEnv(cache_dir=cache_dir, **kw)
+    fields.setdefault("split", "valid_seen")
+    fields.setdefault("data_root", ALFWORLD)
+    settings = mod.AlfworldSettings(cache_dir=str(cache_dir),
+                                    **{k: str(v) if isinstance(v, Path) else v for k, v in fields.items()})
+    return mod.AlfworldEnv(settings, agent=agent, show_progress=False)
 
 
 def game_task(task_id: str) -> Task:
@@ -81,7 +82,7 @@ def seed_for(task_id: str, run_seed: int = 0) -> int:
 
 
 def test_unknown_split_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="unknown ALFWorld split 'valid_sen'"):
+    with pytest.raises(ValueError, match=r"split\n.*'valid_seen'.*input_value='valid_sen'"):
         make_env(tmp_path, split="valid_sen", data_root=tmp_path, agent="expert")
 
 
@@ -90,12 +91,6 @@ def test_missing_data_folder_names_path_and_fix(tmp_path):
     with pytest.raises(ValueError) as info:
         make_env(tmp_path, data_root=missing, agent="expert")
     assert str(missing) in str(info.value) and "make data-alfworld" in str(info.value)
-
-
-def test_no_data_root_and_no_env_var(tmp_path, monkeypatch):
-    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
-    with pytest.raises(ValueError, match="ALFWORLD_DATA"):
-        make_env(tmp_path, data_root=None, agent="expert")
 
 
 def test_empty_split_is_a_clear_error(tmp_path):
@@ -108,7 +103,7 @@ def test_empty_split_is_a_clear_error(tmp_path):
 
 @needs_data
 def test_unknown_agent_and_unknown_task_ids(tmp_path):
-    with pytest.raises(ValueError, match="unknown ALFWorld agent"):
+    with pytest.raises(ValueError, match=r"env 'alfworld' has no agent 'oracle' \(its agents: expert, react\)"):
         make_env(tmp_path, agent="oracle")
     env = make_env(tmp_path, agent="expert", task_ids=["no-such-task/trial_x"])
     with pytest.raises(ValueError, match="no-such-task"):
@@ -117,8 +112,13 @@ def test_unknown_agent_and_unknown_task_ids(tmp_path):
 
 @needs_data
 def test_react_without_prompts_file_or_llm(tmp_path):
-    with pytest.raises(ValueError, match="prompts file"):
+    with pytest.raises(ValueError, match="prompts_file: .*missing.json does not exist"):
         make_env(tmp_path, agent="react", prompts_file=tmp_path / "missing.json")
+    no_default = tmp_path / "data"  # a data folder without the ReAct prompts file
+    (no_default / "json_2.1.1" / "valid_seen").mkdir(parents=True)
+    with pytest.raises(ValueError, match="ReAct prompts file not found"):
+        make_env(tmp_path, agent="react", data_root=no_default)
+    assert make_env(tmp_path, agent="react", data_root=no_default, num_demos=0)._demos == {}
     env = make_env(tmp_path, agent="react")
     with pytest.raises(ValueError, match="needs an LLM"):
         env.solve(game_task(existing_games()[0]), [], None, seed=0)
@@ -204,11 +204,14 @@ def test_expert_is_reproducible_and_its_wins_are_real(tmp_path):
     for g in games:
         r = first[g]
         assert r.steps == len(r.transcript) and r.info["task_type"]
+        assert r.info["memories_injected"] == 0
         if r.success:
+            assert (r.outcome, r.outcome_detail) == ("success", "won")
             assert r.reward == 1.0 and not r.info["truncated"] and r.steps < 50
             # Independent check: the same actions win a fresh copy of the game.
             assert replay_wins(g, [s.action for s in r.transcript])
         else:
+            assert (r.outcome, r.outcome_detail) == ("failure", "step_limit")
             assert r.reward == 0.0 and r.info["truncated"] and r.steps == 50
             assert not replay_wins(g, [s.action for s in r.transcript])
 
@@ -251,8 +254,9 @@ def test_react_replaying_expert_plan_succeeds(tmp_path, expert_win):
     llm = FakeLLM(lambda p, i: f" {script[i]}\nYou arrive somewhere.\n> look")
     env = make_env(tmp_path, agent="react", max_steps=len(script) + 5)
     r = env.solve(game_task(task_id), [], llm, seed=0)
-    assert r.success and r.reward == 1.0 and r.errors == []
+    assert r.success and r.reward == 1.0 and r.errors == [] and r.outcome == "success"
     assert [s.action for s in r.transcript] == script
+    assert all(k["max_tokens"] == 64 and k["stop"] == ("\n",) for k in llm.kwargs)  # the settings' 64
     assert r.transcript[0].observation == "OK."
     assert r.info["env_steps"] == len(actions) and not r.info["truncated"]
     first = llm.prompts[0]
@@ -302,7 +306,7 @@ def test_react_garbage_fails_at_max_steps_and_is_recorded(tmp_path, expert_win):
     env = make_env(tmp_path, agent="react", max_steps=6)
     r = env.solve(game_task(task_id), [], llm, seed=0)
     assert not r.success and r.reward == 0.0 and r.steps == 6 and len(llm.prompts) == 6
-    assert r.info["truncated"] and r.errors == []
+    assert r.info["truncated"] and r.errors == [] and r.outcome == "failure"
     assert [s.action for s in r.transcript] == ["blorp the zorp", "", "think: hmm", "???", "blorp the zorp", ""]
     assert [s.observation for s in r.transcript] == ["Nothing happens.", "Nothing happens.", "OK."] + [
         "Nothing happens."
@@ -346,6 +350,7 @@ def test_llm_error_ends_episode_as_failed(tmp_path, expert_win):
     r = env.solve(game_task(task_id), [], FakeLLM(reply), seed=0)
     assert not r.success and r.steps == 1 and not r.info["truncated"]
     assert len(r.errors) == 1 and "LLMError" in r.errors[0] and "model unavailable" in r.errors[0]
+    assert r.outcome == r.outcome_detail == "llm_error"
 
 
 # -- prompt helpers (no game needed) ------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Bank tools (`python -m memrl.bank`): export → import gives the same retrieval results,
+"""Bank tools (`memrl bank`): export → import gives the same retrieval results,
 merge keeps every entry under a unique id, sources are never modified, `top` ranks by Q, and
 `hist` rebuilds the bank's Q distribution at the end of every epoch exactly."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from tiny_env import INTENTS, TinyEnv, reply
 
-from memrl.bank import main as bank_main
-from memrl.bank import merge_entries, q_per_epoch, top_entries
+from memrl.cli.bank import main as bank_main
+from memrl.cli.bank import merge_entries, q_per_epoch, top_entries
 from memrl.embed import HashingEmbedder
 from memrl.llm.client import LLMClient
 from memrl.llm.scripted import ScriptedBackend
@@ -21,6 +21,7 @@ from memrl.memory.bankio import BankSourceError, read_entries, resolve
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
 from memrl.records import Task, iter_jsonl
+from memrl.rundir import RunDir
 from memrl.runner import Runner, RunnerSettings
 
 EMB = HashingEmbedder(dim=32)
@@ -30,7 +31,7 @@ def train(run_dir: Path, *, epochs: int = 3, n_tasks: int = 6, model: str = "scr
           snapshots: list | None = None, **memory_kw) -> MemRLMemory:
     """A small real run (scripted model, hashing embedder) with a run card naming both."""
     settings = MemRLSettings(**{"delta": 0.0, "k1": 4, "k2": 2, **memory_kw})
-    memory = MemRLMemory(settings, bank_dir=run_dir / "bank", embedder=EMB)
+    memory = MemRLMemory(settings, bank_dir=RunDir(run_dir).bank, embedder=EMB)
     llm = LLMClient(ScriptedBackend(reply, model_id=model), max_concurrency=2, max_retries=0)
     env = TinyEnv(n_tasks=n_tasks)
     on_end = (lambda ep: snapshots.append(memory.snapshot())) if snapshots is not None else None
@@ -39,7 +40,7 @@ def train(run_dir: Path, *, epochs: int = 3, n_tasks: int = 6, model: str = "scr
            embed_intents=EMB.embed, on_epoch_end=on_end).run(env.tasks())
     card = {"config": {"memory": {"name": "memrl", "bank": settings.bank.model_dump()}},
             "embedder": EMB.model_id, "model": model}
-    (run_dir / "run_card.json").write_text(json.dumps(card))
+    RunDir(run_dir).card.write_text(json.dumps(card))
     return memory
 
 
@@ -77,10 +78,10 @@ def test_export_import_round_trip_gives_the_same_retrieval(tmp_path, capsys):
 
     imported = tmp_path / "imported"
     assert bank_main(["import", str(out), str(imported)]) == 0
-    got, want = retrieval(imported, QUERIES), retrieval(run / "bank", QUERIES)
+    got, want = retrieval(imported, QUERIES), retrieval(RunDir(run).bank, QUERIES)
     assert any(len(r) == 3 for r in want)  # the queries do retrieve
     assert got == want  # same ids, same order, same Q, similarities and scores
-    assert ChromaBank(imported).snapshot() == ChromaBank(run / "bank").snapshot()
+    assert ChromaBank(imported).snapshot() == ChromaBank(RunDir(run).bank).snapshot()
     assert [e.embedding for e in read_entries(resolve(imported))] == [e.embedding for e in src_entries]
     # provenance survives the round trip: a run seeded from the import checks the embedder
     assert resolve(imported).embedder == EMB.model_id
@@ -156,7 +157,7 @@ def test_hist_rebuilds_bank_q_at_the_end_of_every_epoch(tmp_path, capsys):
     run = tmp_path / "run"
     snaps: list = []
     train(run, epochs=4, snapshots=snaps)
-    records = list(iter_jsonl(run / "episodes.jsonl"))
+    records = list(iter_jsonl(RunDir(run).episodes))
     data = q_per_epoch(records, read_entries(resolve(run)))
     assert data["epochs"] == [1, 2, 3, 4]
     for ep, snap in enumerate(snaps, 1):  # what the bank really held after each epoch
@@ -177,7 +178,7 @@ def test_copy_for_another_model_records_provenance(tmp_path, capsys):
     assert "memory.bank.init_from=" in capsys.readouterr().out
     meta = json.loads((out / "bank_meta.json").read_text())
     assert (meta["for_model"], meta["model"], meta["embedder"]) == ("gpt-4o", "scripted-a", EMB.model_id)
-    assert ChromaBank(out).snapshot() == ChromaBank(run / "bank").snapshot()
+    assert ChromaBank(out).snapshot() == ChromaBank(RunDir(run).bank).snapshot()
     assert resolve(out).embedder == EMB.model_id
 
 

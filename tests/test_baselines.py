@@ -1,4 +1,4 @@
-"""The memory baselines (DESIGN §6): each one's distinctive behaviour, driven through the real
+"""The memory baselines (docs/design.md §6): each one's distinctive behaviour, driven through the real
 Runner on real ALFWorld games (valid_seen) by a scripted, deterministic model.
 
 The scripted model knows which episode a request belongs to from the request's sample id
@@ -22,6 +22,7 @@ from memrl.memory.base import LearnItem
 from memrl.memory.writer import format_trajectory
 from memrl.metrics import write_metrics
 from memrl.records import EpisodeResult, RetrievedMemory, Step, Task, read_episodes
+from memrl.rundir import RunDir
 from memrl.runner import Runner, RunnerSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,10 +46,11 @@ def cache_dir(request) -> Path:
 
 def make_env(cache_dir: Path, *, max_steps: int, agent: str = "react", max_tasks: int = 2):
     pytest.importorskip("alfworld", reason="the alfworld extra is not installed")
-    from memrl_envs.alfworld import AlfworldEnv
+    from memrl_envs.alfworld import AlfworldEnv, AlfworldSettings
 
-    env = AlfworldEnv(split="valid_seen", data_root=ALFWORLD, agent=agent, max_steps=max_steps,
-                      max_tasks=max_tasks, cache_dir=cache_dir, show_progress=False)
+    settings = AlfworldSettings(split="valid_seen", data_root=str(ALFWORLD), max_steps=max_steps,
+                                max_tasks=max_tasks, cache_dir=str(cache_dir))
+    env = AlfworldEnv(settings, agent=agent, show_progress=False)
     assert [t.task_id for t in env.tasks()] == [GAME_A, GAME_B][:max_tasks]
     return env
 
@@ -94,7 +96,7 @@ def run(run_dir: Path, env, memory, script: Script, *, epochs: int, embedder):
                     settings=RunnerSettings(epochs=epochs, progress=False), seed=0,
                     embed_intents=embedder.embed)
     runner.run(env.tasks())
-    return {(r.epoch, r.task_id): r for r in read_episodes(run_dir / "episodes.jsonl")}, backend
+    return {(r.epoch, r.task_id): r for r in read_episodes(RunDir(run_dir).episodes)}, backend
 
 
 def trajectory_of(record) -> str:
@@ -112,7 +114,7 @@ def test_rag_stores_trajectories_verbatim_and_never_learns_utilities(tmp_path, c
 
     emb = HashingEmbedder(dim=64)
     env = make_env(cache_dir, max_steps=2)
-    memory = RAGMemory(RAGSettings(k=3), bank_dir=tmp_path / "run" / "bank", embedder=emb)
+    memory = RAGMemory(RAGSettings(k=3), bank_dir=RunDir(tmp_path / "run").bank, embedder=emb)
     assert memory.needs_llm is False
     script = Script(lambda e, t, purpose, n, p: "look" if purpose == "act" else "UNEXPECTED")
     recs, backend = run(tmp_path / "run", env, memory, script, epochs=2, embedder=emb)
@@ -164,7 +166,7 @@ def test_reflection_injects_only_the_tasks_own_latest_attempt(tmp_path, cache_di
 
     emb = HashingEmbedder(dim=64)
     env = make_env(cache_dir, max_steps=len(winning_actions))
-    memory = ReflectionMemory(ReflectionSettings(), bank_dir=tmp_path / "run" / "bank", embedder=emb)
+    memory = ReflectionMemory(ReflectionSettings(), bank_dir=RunDir(tmp_path / "run").bank, embedder=emb)
     assert memory.needs_llm is True
     tag = {GAME_A: "ALARM", GAME_B: "BOWL"}
 
@@ -209,7 +211,7 @@ def test_pass_at_k_stops_reattempting_solved_tasks(tmp_path, cache_dir, winning_
 
     emb = HashingEmbedder(dim=64)
     env = make_env(cache_dir, max_steps=len(winning_actions))
-    memory = PassAtK(PassAtKSettings(k=3))
+    memory = PassAtK(PassAtKSettings())
     assert memory.skip_solved and memory.needs_llm is False
 
     def answer(epoch, task, purpose, n, prompt):
@@ -243,7 +245,7 @@ def test_self_rag_injects_only_what_the_model_asks_for(tmp_path, cache_dir):
     env = make_env(cache_dir, max_steps=2)
     intent = {t.task_id: t.intent for t in env.tasks()}
     tag = {GAME_A: "ALARM", GAME_B: "BOWL"}
-    memory = SelfRAGMemory(SelfRAGSettings(k=3), bank_dir=tmp_path / "run" / "bank", embedder=emb)
+    memory = SelfRAGMemory(SelfRAGSettings(k=3), bank_dir=RunDir(tmp_path / "run").bank, embedder=emb)
     assert memory.needs_llm is True
 
     def answer(epoch, task, purpose, n, prompt):
@@ -302,7 +304,7 @@ def test_self_rag_unparseable_answers_take_the_documented_defaults(tmp_path):
             self.purposes.append(purpose)
             return self.replies[len(self.purposes) - 1]
 
-    memory = SelfRAGMemory(SelfRAGSettings(), bank_dir=tmp_path / "bank", embedder=HashingEmbedder(dim=16))
+    memory = SelfRAGMemory(SelfRAGSettings(), bank_dir=RunDir(tmp_path).bank, embedder=HashingEmbedder(dim=16))
     task = Task("t", "put a mug in the coffeemachine.")
     cands = [RetrievedMemory(f"m{i}", "put a cup in the sink.", f"note {i}", 0.0, 0.5, 0.5) for i in range(2)]
     # "perhaps" to retrieval -> retrieve (default yes); "hmm" to a memory -> not relevant (default no)
@@ -334,9 +336,10 @@ def test_each_baseline_composes_validates_and_builds(tmp_path, name, cls, needs_
     assert v.memory_cls.__name__ == cls and v.memory.name == name
     if name in ("rag", "self_rag"):
         assert v.memory.k == 3 and v.memory.min_similarity is None  # ALFWorld's k2, no gate
-    if name == "pass_at_k":
-        assert v.memory.k == v.runner.epochs == 10
-        assert validate(cfg("runner.epochs=4")).memory.k == 4  # k follows the epochs
+    if name == "pass_at_k":  # k is runner.epochs alone: no second setting to disagree with it
+        assert "k" not in v.memory.model_dump()
+        with pytest.raises(Exception, match="memory.k"):
+            validate(cfg("+memory.k=4"))
     module = v.memory_cls.build(v.memory, run_dir=tmp_path, embedder=HashingEmbedder(dim=16))
     assert module.needs_llm is needs_llm and module.snapshot() == []
     with pytest.raises(Exception, match="memory.nonsense"):

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 from memrl.config import ConfigError, validate
 from memrl.llm.base import LLMError
 from memrl.records import RetrievedMemory
-from memrl_envs.bigcodebench import BigCodeBenchEnv
+from memrl_envs.bigcodebench import BigCodeBenchEnv, BigCodeBenchSettings
 from memrl_envs.bigcodebench import loader
 from memrl_envs.bigcodebench.executor import CheckResult, parse_output, required_modules
 from memrl_envs.bigcodebench.extract import extract_code
@@ -26,6 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "fixtures" / "bigcodebench" / "tiny.jsonl"
 SHARED = ROOT.parent / "shared" / "data" / "bigcodebench" / "bigcodebench_hard_train.jsonl"
 CONFIGS = str(ROOT / "configs")
+
+
+def bcb_env(*, agent: str = "react", executor=None, **fields) -> BigCodeBenchEnv:
+    """The env from its settings (paths given as Path are passed as strings)."""
+    settings = BigCodeBenchSettings(**{k: str(v) if isinstance(v, Path) else v for k, v in fields.items()})
+    return BigCodeBenchEnv(settings, agent=agent, executor=executor)
 
 
 def tiny_rows() -> list[dict]:
@@ -110,29 +116,33 @@ def test_division_is_seeded_seven_to_three_and_kept_in_a_split_file(tmp_path):
 
 def test_env_parts_partition_the_tasks_and_agree_across_instances(tmp_path):
     kw = dict(data_path=TINY, cache_dir=tmp_path, executor=StubExecutor())
-    train = BigCodeBenchEnv(part="train", **kw)
-    val = BigCodeBenchEnv(part="validation", **kw)
-    every = BigCodeBenchEnv(part="all", **kw)
+    train = bcb_env(part="train", **kw)
+    val = bcb_env(part="validation", **kw)
+    every = bcb_env(part="all", **kw)
     t_ids = [t.task_id for t in train.tasks()]
     v_ids = [t.task_id for t in val.tasks()]
     assert len(t_ids) == 3 and len(v_ids) == 2  # floor(5 * 0.7)
     assert sorted(t_ids + v_ids) == sorted(t.task_id for t in every.tasks())
     assert train.split_path == val.split_path and train.split_path.is_file()
     assert every.split_path is None  # part=all needs no division
-    assert [t.task_id for t in BigCodeBenchEnv(part="train", **kw).tasks()] == t_ids
+    assert [t.task_id for t in bcb_env(part="train", **kw).tasks()] == t_ids
 
 
 def test_task_selection_and_bad_arguments(tmp_path):
     kw = dict(data_path=TINY, cache_dir=tmp_path, executor=StubExecutor(), part="all")
-    env = BigCodeBenchEnv(task_ids=["Tiny/3", "Tiny/1"], **kw)
+    env = bcb_env(task_ids=["Tiny/3", "Tiny/1"], **kw)
     assert [t.task_id for t in env.tasks()] == ["Tiny/1", "Tiny/3"]
-    assert [t.task_id for t in BigCodeBenchEnv(max_tasks=2, **kw).tasks()] == ["Tiny/1", "Tiny/2"]
+    assert [t.task_id for t in bcb_env(max_tasks=2, **kw).tasks()] == ["Tiny/1", "Tiny/2"]
     with pytest.raises(ValueError, match="unknown task ids"):
-        BigCodeBenchEnv(task_ids=["Tiny/99"], **kw).tasks()
-    with pytest.raises(ValueError, match="unknown BigCodeBench agent 'expert'"):
-        BigCodeBenchEnv(agent="expert", **kw)
-    with pytest.raises(ValueError, match="unknown BigCodeBench split 'chat'"):
-        BigCodeBenchEnv(split="chat", **kw)
+        bcb_env(task_ids=["Tiny/99"], **kw).tasks()
+    with pytest.raises(ValueError, match=r"env 'bigcodebench' has no agent 'expert' \(its agents: canonical, react\)"):
+        bcb_env(agent="expert", **kw)
+    with pytest.raises(ValueError, match=r"split\n.*'instruct' or 'complete'"):
+        bcb_env(split="chat", **kw)
+    with pytest.raises(ValueError, match="task_ids: an empty list selects no task"):
+        bcb_env(task_ids=[], **kw)
+    with pytest.raises(TypeError, match="takes a BigCodeBenchSettings"):
+        BigCodeBenchEnv({"part": "all"}, agent="react")
     task = env.tasks()[0]
     assert task.intent == "Add two numbers and return their sum."
     assert task.payload["content_hash"] and task.payload["entry_point"] == "task_func"
@@ -149,7 +159,9 @@ def test_config_group_validates_and_names_bad_keys():
     v = validate(compose_cfg())
     assert v.env.split == "instruct" and v.env.time_limit_s == 240 and v.env.part == "train"
     v = validate(compose_cfg("agent=canonical"))
-    assert v.agent.name == "canonical" and v.agent.needs_llm is False
+    assert v.agent.name == "canonical" and v.policy.needs_llm is False
+    with pytest.raises(ConfigError, match=r"agent: env 'bigcodebench' has no agent 'gold'"):
+        validate(compose_cfg("agent=gold"))
     with pytest.raises(ConfigError, match="env.split"):
         validate(compose_cfg("env.split=chat"))
     with pytest.raises(ConfigError, match="env.data_path: no file"):
@@ -163,8 +175,8 @@ def test_paper_preset():
     assert v.env.split == "instruct" and v.runner.epochs == 10
     assert (v.memory.delta, v.memory.k1, v.memory.k2) == (0.38, 10, 5)
     assert v.llm.model == "openai/gpt-4o" and v.embedder.model == "openai/text-embedding-3-large"
-    env = v.env_cls(**v.env.model_dump(exclude={"name"}), agent=v.agent.name)
-    assert isinstance(env, BigCodeBenchEnv) and env.agent == "react"
+    env = v.env_cls(v.env, agent=v.agent.name)
+    assert isinstance(env, BigCodeBenchEnv) and env.agent == "react" and env.s is v.env
 
 
 # ----------------------------------------------------------------------------- prompts
@@ -302,7 +314,7 @@ class FakeLLM:
 
 def make_env(tmp_path, **kw) -> BigCodeBenchEnv:
     kw.setdefault("executor", StubExecutor())
-    return BigCodeBenchEnv(data_path=TINY, cache_dir=tmp_path, part="all", **kw)
+    return bcb_env(data_path=TINY, cache_dir=tmp_path, part="all", **kw)
 
 
 def test_react_episode_runs_the_calibrated_program(tmp_path):
@@ -311,7 +323,7 @@ def test_react_episode_runs_the_calibrated_program(tmp_path):
     llm = FakeLLM("from collections import Counter\ndef task_func(text):\n    return {}\n```")
     r = env.solve(task, [memory("remember Counter")], llm, seed=0)
     assert r.success and r.reward == 1.0 and r.steps == 1 and not r.errors
-    assert r.info["outcome"] == "pass" and r.info["memories_injected"] == 1
+    assert (r.outcome, r.outcome_detail) == ("success", "pass") and r.info["memories_injected"] == 1
     assert "remember Counter" in llm.prompts[0] and llm.kwargs[0]["max_tokens"] == 77
     code, test, entry, modules = env.executor.calls[0]
     problem = env.problem(task.task_id)
@@ -325,9 +337,10 @@ def test_syntax_errors_are_never_executed_and_llm_errors_are_recorded(tmp_path):
     env = make_env(tmp_path)
     task = env.tasks()[0]
     r = env.solve(task, [], FakeLLM("def task_func(a, b)\n    return a+b"), seed=0)
-    assert not r.success and r.info["outcome"] == "syntax_error" and not env.executor.calls
+    assert not r.success and (r.outcome, r.outcome_detail) == ("failure", "syntax_error")
+    assert not env.executor.calls
     r = env.solve(task, [], FakeLLM(LLMError("rate limited")), seed=0)
-    assert r.info["outcome"] == "llm_error" and r.errors and not r.success
+    assert r.outcome == r.outcome_detail == "llm_error" and r.errors and not r.success
     with pytest.raises(ValueError, match="needs an LLM"):
         env.solve(task, [], None, seed=0)
 
@@ -341,7 +354,7 @@ def test_canonical_agent_submits_the_reference_through_the_same_path(tmp_path):
     r = env.solve(task, [memory("ignored")], None, seed=0)
     problem = env.problem("Tiny/4")
     assert problem.canonical_solution.strip() in env.executor.calls[0][0]
-    assert r.info["outcome"] == "env_error" and r.info["missing_libs"] == ["memrl_no_such_library"]
+    assert r.outcome == r.outcome_detail == "env_error" and r.info["missing_libs"] == ["memrl_no_such_library"]
     assert r.errors and r.errors[0].startswith("env_error:")  # counted apart from model failures
     assert r.info["memories_injected"] == 0
 
@@ -350,7 +363,7 @@ def test_canonical_agent_submits_the_reference_through_the_same_path(tmp_path):
 def test_shared_data_loads_whole():
     report = loader.read_jsonl(SHARED)
     assert len(report.problems) == 103 and not report.skipped
-    env = BigCodeBenchEnv(data_path=SHARED, part="all", executor=StubExecutor())
+    env = bcb_env(data_path=SHARED, part="all", executor=StubExecutor())
     tasks = env.tasks()
     assert len(tasks) == 103 and tasks[0].task_id == "BigCodeBench/15"
     assert all(t.intent and "```" not in t.intent for t in tasks)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memrl_envs.bigcodebench import BigCodeBenchEnv
+from memrl_envs.bigcodebench import BigCodeBenchEnv, BigCodeBenchSettings
 from memrl_envs.sandbox import bwrap_available
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,10 +37,10 @@ class Reply:
         return self.text
 
 
-def env_for(tmp_path, **kw) -> BigCodeBenchEnv:
-    kw.setdefault("data_path", TINY)
-    return BigCodeBenchEnv(part="all", cache_dir=tmp_path, time_limit_s=kw.pop("time_limit_s", 10),
-                           **kw)
+def env_for(tmp_path, *, agent: str = "react", **fields) -> BigCodeBenchEnv:
+    fields = {"data_path": TINY, "part": "all", "cache_dir": tmp_path, "time_limit_s": 10, **fields}
+    settings = BigCodeBenchSettings(**{k: str(v) if isinstance(v, Path) else v for k, v in fields.items()})
+    return BigCodeBenchEnv(settings, agent=agent)
 
 
 def by_id(env: BigCodeBenchEnv, task_id: str):
@@ -52,10 +52,10 @@ def test_canonical_solutions_pass_and_a_missing_library_is_an_env_error(tmp_path
     results = {t.task_id: env.solve(t, [], None, seed=0) for t in env.tasks() if t.task_id != "Tiny/5"}
     for task_id in ("Tiny/1", "Tiny/2", "Tiny/3"):
         r = results[task_id]
-        assert r.success and r.info["outcome"] == "pass", (task_id, r.info)
+        assert r.success and (r.outcome, r.outcome_detail) == ("success", "pass"), (task_id, r.info)
         assert r.info["exec_s"] > 0
     missing = results["Tiny/4"]
-    assert missing.info["outcome"] == "env_error" and not missing.success
+    assert missing.outcome == missing.outcome_detail == "env_error" and not missing.success
     assert missing.info["missing_libs"] == ["memrl_no_such_library"]
 
 
@@ -63,19 +63,19 @@ def test_model_failures_are_classified(tmp_path):
     env = env_for(tmp_path, time_limit_s=2)
     task = by_id(env, "Tiny/1")
     wrong = env.solve(task, [], Reply("def task_func(a, b):\n    return a * b\n```"), seed=0)
-    assert wrong.info["outcome"] == "fail" and set(wrong.info["failed_tests"]) == {"test_small", "test_negative"}
+    assert wrong.outcome_detail == "fail" and set(wrong.info["failed_tests"]) == {"test_small", "test_negative"}
     assert "AssertionError" in wrong.info["reason"]
     crash = env.solve(task, [], Reply("import json\njson.loads('{')\ndef task_func(a, b):\n    return a + b\n"),
                       seed=0)
-    assert crash.info["outcome"] == "fail" and crash.info["reason"].startswith("loading the code")
+    assert crash.outcome_detail == "fail" and crash.info["reason"].startswith("loading the code")
     hallucinated = env.solve(task, [], Reply("import magic_adder\ndef task_func(a, b):\n    return a + b\n"),
                              seed=0)
-    assert hallucinated.info["outcome"] == "fail"  # the model's own import, not the environment's
+    assert hallucinated.outcome_detail == "fail"  # the model's own import, not the environment's
     slow = env.solve(by_id(env, "Tiny/5"), [], Reply("import time\ndef task_func(s):\n    time.sleep(30)\n"),
                      seed=0)
-    assert slow.info["outcome"] == "timeout" and not slow.success
+    assert slow.outcome_detail == "timeout" and not slow.success
     syntax = env.solve(task, [], Reply("def task_func(a, b) return a + b"), seed=0)
-    assert syntax.info["outcome"] == "syntax_error" and "exec_s" not in syntax.info
+    assert syntax.outcome_detail == "syntax_error" and "exec_s" not in syntax.info
 
 
 def test_checks_run_in_parallel(tmp_path):
@@ -96,16 +96,15 @@ def test_checks_run_in_parallel(tmp_path):
 
 @pytest.mark.skipif(not SHARED.is_file(), reason=f"BigCodeBench data not at {SHARED}")
 def test_real_canonical_solutions_pass(tmp_path):
-    env = BigCodeBenchEnv(data_path=SHARED, part="all", agent="canonical", task_ids=REAL_STDLIB_TASKS,
-                          cache_dir=tmp_path, time_limit_s=60, max_parallel=2)
+    env = env_for(tmp_path, data_path=SHARED, agent="canonical", task_ids=REAL_STDLIB_TASKS,
+                  time_limit_s=60, max_parallel=2)
     tasks = env.tasks()
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda t: env.solve(t, [], None, seed=0), tasks))
-    assert [r.info["outcome"] for r in results] == ["pass"] * 3, [r.info for r in results]
+    assert [r.outcome_detail for r in results] == ["pass"] * 3, [r.info for r in results]
     # the reference with one change (factorial -> identity) fails the real tests via the model path
     problem = env.problem("BigCodeBench/854")
     mutated = problem.complete_prompt + "\n" + problem.canonical_solution.replace("math.factorial(n)", "n")
-    react = BigCodeBenchEnv(data_path=SHARED, part="all", task_ids=["BigCodeBench/854"],
-                            cache_dir=tmp_path, time_limit_s=60)
+    react = env_for(tmp_path, data_path=SHARED, task_ids=["BigCodeBench/854"], time_limit_s=60)
     r = react.solve(react.tasks()[0], [], Reply(mutated), seed=0)
-    assert r.info["outcome"] == "fail" and r.info["failed_tests"], r.info
+    assert r.outcome_detail == "fail" and r.info["failed_tests"], r.info

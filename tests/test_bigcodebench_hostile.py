@@ -22,7 +22,7 @@ import pytest
 
 from memrl.llm.client import LLMClient
 from memrl.llm.scripted import ScriptedBackend
-from memrl_envs.bigcodebench import BigCodeBenchEnv
+from memrl_envs.bigcodebench import BigCodeBenchEnv, BigCodeBenchSettings
 from memrl_envs.bigcodebench.executor import Executor
 from memrl_envs.sandbox import bwrap_available
 
@@ -55,8 +55,9 @@ def episode(tmp_path: Path, work_root: Path, code: str, **limits):
     executor = Executor(time_limit_s=TIME_LIMIT, memory_mb=limits.get("memory_mb", 2048),
                         nproc=limits.get("nproc", 128), cache_dir=tmp_path / "cache",
                         max_parallel=1, work_root=work_root, slack_s=SLACK)
-    env = BigCodeBenchEnv(data_path=TINY, part="all", task_ids=["Tiny/1"], cache_dir=tmp_path / "cache",
-                          executor=executor)
+    env = BigCodeBenchEnv(BigCodeBenchSettings(data_path=str(TINY), part="all", task_ids=["Tiny/1"],
+                                               cache_dir=str(tmp_path / "cache")),
+                          agent="react", executor=executor)
     backend = ScriptedBackend(lambda request: "```python\n" + code + "\n```")
     llm = LLMClient(backend, cache=None, max_retries=0).episode("hostile", seed=0)
     start = time.monotonic()
@@ -64,7 +65,7 @@ def episode(tmp_path: Path, work_root: Path, code: str, **limits):
     elapsed = time.monotonic() - start
     assert backend.calls == 1
     assert not result.success and result.reward == 0.0
-    assert result.info["outcome"] in ("fail", "timeout"), result.info
+    assert result.outcome_detail in ("fail", "timeout"), result.info
     assert elapsed < MAX_WALL
     return result
 
@@ -96,7 +97,7 @@ def task_func(a, b):
     return a + b
 """
     r = episode(tmp_path, work_root, code)
-    assert r.info["outcome"] == "fail"
+    assert r.outcome_detail == "fail"
     assert "write:" in reason(r) and "WROTE" not in reason(r)
     assert not target.exists() and not etc.exists()
     assert not Path("/usr/memrl-bcb-x").exists() and not Path("/root/memrl-bcb-x").exists()
@@ -192,7 +193,7 @@ def task_func(a, b):
     return a + b
 """
     r = episode(tmp_path, work_root, code, nproc=64)
-    assert r.info["outcome"] in ("timeout", "fail")  # never a result the bomb could fake as a pass
+    assert r.outcome_detail in ("timeout", "fail")  # never a result the bomb could fake as a pass
     assert subprocess.run(["true"]).returncode == 0  # the host still starts processes
     time.sleep(0.5)
     assert no_process_with(tag)
@@ -221,7 +222,7 @@ def test_infinite_loop_times_out(tmp_path, work_root):
     code = "def task_func(a, b):\n    while True:\n        pass\n"
     start = time.monotonic()
     r = episode(tmp_path, work_root, code)
-    assert r.info["outcome"] == "timeout"
+    assert r.outcome_detail == "timeout"
     assert time.monotonic() - start < MAX_WALL
 
 
@@ -244,7 +245,7 @@ def task_func(a, b):
         r = episode(tmp_path, work_root, code)
         # the harness and the host process survive; what died is the checker inside the sandbox
         assert sentinel.poll() is None
-        assert r.info["outcome"] == "fail"
+        assert r.outcome_detail == "fail"
         assert "checker process died" in reason(r) or "kill:" in reason(r)
     finally:
         sentinel.send_signal(signal.SIGKILL)
@@ -264,6 +265,69 @@ def task_func(a, b):
     return a - b
 """
     r = episode(tmp_path, work_root, code)
-    assert r.info["outcome"] == "fail" and "test_" in reason(r)
+    assert r.outcome_detail == "fail" and "test_" in reason(r)
     time.sleep(0.5)
     assert no_process_with(tag)
+
+
+def test_a_host_unix_socket_in_an_ordinary_folder_is_out_of_reach(tmp_path, work_root):
+    """The issue's finding: a listener the host put in an ordinary folder. The folder is not
+    part of the sandbox's view, so connecting fails however the path is known."""
+    folder = Path(tempfile.mkdtemp(prefix="memrl-service-", dir="/var/tmp"))  # on the host disk, not /tmp
+    os.chmod(folder, 0o755)  # an ordinary folder anyone may enter
+    path = folder / "s.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    os.chmod(path, 0o777)
+    server.listen(1)
+    server.settimeout(0.5)
+    code = f"""
+import socket
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect({str(path)!r})
+    outcome = 'CONNECTED'
+except OSError as exc:
+    outcome = type(exc).__name__
+raise RuntimeError('unix:' + outcome)
+def task_func(a, b):
+    return a + b
+"""
+    try:
+        r = episode(tmp_path, work_root, code)
+        with pytest.raises(socket.timeout):
+            server.accept()
+    finally:
+        server.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    assert "unix:FileNotFoundError" in reason(r), reason(r)
+
+
+def test_filling_the_work_folder_stops_at_its_cap_and_not_on_the_host_disk(tmp_path, work_root):
+    code = """
+import os
+written = 0
+try:
+    with open('fill', 'wb') as fh:
+        while written < 2048:
+            fh.write(b'x' * 2**20)
+            fh.flush()
+            written += 1
+except OSError as exc:
+    raise RuntimeError('disk: %d MB then errno %d' % (written, exc.errno))
+raise RuntimeError('disk: wrote %d MB' % written)
+def task_func(a, b):
+    return a + b
+"""
+    free = shutil.disk_usage(work_root).free
+    executor = Executor(time_limit_s=TIME_LIMIT, memory_mb=2048, nproc=128, cache_dir=tmp_path / "cache",
+                        max_parallel=1, work_root=work_root, slack_s=SLACK, disk_mb=32)
+    env = BigCodeBenchEnv(BigCodeBenchSettings(data_path=str(TINY), part="all", task_ids=["Tiny/1"],
+                                               cache_dir=str(tmp_path / "cache")),
+                          agent="react", executor=executor)
+    llm = LLMClient(ScriptedBackend(lambda request: "```python\n" + code + "\n```"), cache=None,
+                    max_retries=0).episode("hostile", seed=0)
+    r = env.solve(env.tasks()[0], [], llm, seed=0)
+    text = reason(r)
+    assert "errno 28" in text and int(text.split("disk: ")[1].split(" MB")[0]) <= 32, text  # ENOSPC at the cap
+    assert free - shutil.disk_usage(work_root).free < 256 * 2**20  # nothing of it reached the host disk

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from memrl.rundir import RunDir
+
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
 
 pytestmark = [
@@ -38,7 +40,7 @@ def run(args: list[str], cache: Path, **kw) -> subprocess.CompletedProcess:
 def bank_snapshot(run_dir: Path) -> list[dict]:
     from memrl.memory.bank import ChromaBank
 
-    return ChromaBank(run_dir / "bank").snapshot()
+    return ChromaBank(RunDir(run_dir).bank).snapshot()
 
 
 def test_memrl_end_to_end_then_replay_from_cache(tmp_path):
@@ -47,10 +49,10 @@ def test_memrl_end_to_end_then_replay_from_cache(tmp_path):
     first = run(args + [f"hydra.run.dir={tmp_path / 'a'}"], cache)
     assert first.returncode == 0, first.stderr[-3000:]
     run_dir = tmp_path / "a"
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics = json.loads(RunDir(run_dir).metrics.read_text())
     assert metrics["n_tasks"] == 2 and metrics["epochs"] == 2 and len(metrics["sr"]) == 2
     assert len(metrics["forgetting"]) == 1
-    lines = (run_dir / "episodes.jsonl").read_text().splitlines()
+    lines = RunDir(run_dir).episodes.read_text().splitlines()
     recs = [json.loads(x) for x in lines]
     assert len(recs) == 4
     assert all(r["transcript"] and r["steps"] <= 4 for r in recs)
@@ -61,23 +63,23 @@ def test_memrl_end_to_end_then_replay_from_cache(tmp_path):
         for m in r["injected"]:
             assert m["id"].startswith("e001:") and m["q"] == 0.0  # Q before the update
     assert len(bank_snapshot(run_dir)) == 4
-    card = json.loads((run_dir / "run_card.json").read_text())
+    card = json.loads(RunDir(run_dir).card.read_text())
     assert card["model"].startswith("local/") and card["status"] == "finished"
     assert card["memory_setup"]["delta"] > 0 and card["data_fingerprint"]
     assert card["llm_totals"]["calls"] > 0
     for name in ("sr.png", "csr.png", "forgetting.png"):
-        assert (run_dir / "plots" / name).stat().st_size > 1000
-    assert "metrics.json" in first.stdout
+        assert (RunDir(run_dir).plots / name).stat().st_size > 1000
+    assert str(RunDir(run_dir).metrics) in first.stdout
 
     # the same experiment again, in a new directory: every response comes from the cache
     again = run(args + [f"hydra.run.dir={tmp_path / 'b'}"], cache)
     assert again.returncode == 0, again.stderr[-3000:]
-    card_b = json.loads((tmp_path / "b" / "run_card.json").read_text())
+    card_b = json.loads(RunDir(tmp_path / "b").card.read_text())
     assert card_b["llm_totals"]["calls"] == 0
     # every request of the replay is a hit (the first run's own repeats were hits already:
     # the embedded model's greedy answers are cached without their seed)
     assert card_b["llm_totals"]["cache_hits"] == card["llm_totals"]["requests"]
-    assert json.loads((tmp_path / "b" / "metrics.json").read_text()) == metrics
+    assert json.loads(RunDir(tmp_path / "b").metrics.read_text()) == metrics
     assert bank_snapshot(tmp_path / "b") == bank_snapshot(run_dir)
 
 
@@ -90,7 +92,7 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
     cmd = [sys.executable, "-m", "memrl.run", *args, f"hydra.run.dir={run_dir}"]
     env = _env(tmp_path / "cache_killed")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    episodes = run_dir / "episodes.jsonl"
+    episodes = RunDir(run_dir).episodes
     deadline = time.time() + 900
     while time.time() < deadline and proc.poll() is None:
         if episodes.exists() and len(episodes.read_text().splitlines()) >= 1:
@@ -105,10 +107,10 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
 
     resumed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert json.loads((run_dir / "metrics.json").read_text()) == \
-        json.loads((tmp_path / "ref" / "metrics.json").read_text())
+    assert json.loads(RunDir(run_dir).metrics.read_text()) == \
+        json.loads(RunDir(tmp_path / "ref").metrics.read_text())
     assert bank_snapshot(run_dir) == bank_snapshot(tmp_path / "ref")
-    card = json.loads((run_dir / "run_card.json").read_text())
+    card = json.loads(RunDir(run_dir).card.read_text())
     assert len(card["sessions"]) == 2 and card["sessions"][0].get("status") is None
 
 
@@ -117,9 +119,9 @@ def test_multirun_over_lambda(tmp_path):
     out = run(["-m", "memory.lam=0,0.5,1", "debug=fast", *BASE, f"hydra.sweep.dir={sweep}"],
               tmp_path / "cache")
     assert out.returncode == 0, out.stderr[-3000:]
-    cards = sorted(sweep.glob("*/run_card.json"))
+    cards = sorted(sweep.glob(f"*/{RunDir.CARD}"))
     assert len(cards) == 3
     lams = sorted(json.loads(c.read_text())["config"]["memory"]["lam"] for c in cards)
     assert lams == [0.0, 0.5, 1.0]
     for c in cards:
-        assert (c.parent / "metrics.json").exists()
+        assert RunDir(c.parent).metrics.exists()

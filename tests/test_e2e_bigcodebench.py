@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from memrl.rundir import RunDir
 from memrl_envs.sandbox import bwrap_available
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bigcodebench" / "bigcodebench_hard_train.jsonl"
@@ -38,7 +39,7 @@ def run(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
 
 
 def records(run_dir: Path) -> list[dict]:
-    return [json.loads(x) for x in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    return [json.loads(x) for x in RunDir(run_dir).episodes.read_text().splitlines()]
 
 
 def test_memrl_two_epochs_with_the_embedded_model(tmp_path):
@@ -52,8 +53,8 @@ def test_memrl_two_epochs_with_the_embedded_model(tmp_path):
     assert {r["task_id"] for r in recs} == {"BigCodeBench/19", "BigCodeBench/854", "BigCodeBench/928"}
     for r in recs:
         # the model's code was judged by the real tests: a benchmark outcome, never a harness error
-        assert r["info"]["outcome"] in ("pass", "fail", "timeout", "syntax_error"), r["info"]
-        assert r["success"] == (r["info"]["outcome"] == "pass")
+        assert r["outcome_detail"] in ("pass", "fail", "timeout", "syntax_error"), r["info"]
+        assert r["success"] == (r["outcome_detail"] == "pass")
         assert r["steps"] == 1 and r["transcript"][0]["observation"].startswith("Outcome: ")
         assert r["llm_calls"] >= 2  # the code plus the experience writer
         assert not r["errors"]
@@ -62,10 +63,10 @@ def test_memrl_two_epochs_with_the_embedded_model(tmp_path):
     assert any(f"e001:{r['task_id']}" in [m["id"] for m in r["injected"]] for r in second)
     assert not any(m["id"].startswith("e002:") for r in recs if r["epoch"] == 1 for m in r["injected"])
     assert all(r["info"]["memories_injected"] == len(r["injected"]) for r in recs)
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics = json.loads(RunDir(run_dir).metrics.read_text())
     assert metrics["n_tasks"] == 3 and metrics["epochs"] == 2 and len(metrics["sr"]) == 2
     assert metrics["sr"][0] == sum(r["success"] for r in recs if r["epoch"] == 1) / 3
-    card = json.loads((run_dir / "run_card.json").read_text())
+    card = json.loads(RunDir(run_dir).card.read_text())
     assert card["status"] == "finished" and card["model"].startswith("local/")
 
 
@@ -75,8 +76,11 @@ def test_canonical_oracle_through_the_command_line(tmp_path):
               tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     recs = records(run_dir)
-    assert [r["info"]["outcome"] for r in recs] == ["pass"] * 3
+    assert [r["outcome_detail"] for r in recs] == ["pass"] * 3
     assert all(r["llm_calls"] == 0 for r in recs)
-    assert json.loads((run_dir / "metrics.json").read_text())["sr"] == [1.0]
-    card = json.loads((run_dir / "run_card.json").read_text())
+    assert json.loads(RunDir(run_dir).metrics.read_text())["sr"] == [1.0]
+    card = json.loads(RunDir(run_dir).card.read_text())
     assert card["model"] is None
+    sandbox = card["sessions"][-1]["sandbox"]  # what the sandboxes held, or why not
+    assert sandbox["mode"].startswith("host-root") and sandbox["parallel"]["granted"] >= 1
+    assert all((cap in sandbox["enforced"]) != (cap in sandbox["missing"]) for cap in ("memory", "pids", "disk"))

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from memrl.rundir import RunDir
+
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
 
 pytestmark = [
@@ -51,7 +53,7 @@ def test_teacher_bank_makes_the_embedded_model_solve_more_and_memrl_learns_which
     assert done.returncode == 0, done.stderr[-3000:]
     res = json.loads((out / "demo.json").read_text())
     assert sorted(res["games"]) == sorted(GAMES) and res["teacher"]["solved"] == 4  # the expert fails Bowl-301
-    teacher_rows = (out / "teacher" / "episodes.jsonl").read_text().splitlines()
+    teacher_rows = RunDir(out / "teacher").episodes.read_text().splitlines()
     assert len(teacher_rows) == len(GAMES)  # one pass, whatever the students' epochs
     assert len(res["teacher_memories"]) == len(GAMES)
 

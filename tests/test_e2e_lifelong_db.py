@@ -13,6 +13,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from memrl.rundir import RunDir
 from memrl_envs.lifelong.db_server import MariaDBServer, find_binary
 
 LIFELONG = Path(__file__).resolve().parents[2] / "shared" / "data" / "lifelong"
@@ -45,20 +46,20 @@ def test_memrl_on_lifelong_db_end_to_end(tmp_path, mariadb):
                           f"hydra.run.dir={run_dir}"], env=env, capture_output=True, text=True, timeout=1500)
     assert out.returncode == 0, out.stderr[-3000:]
 
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics = json.loads(RunDir(run_dir).metrics.read_text())
     assert metrics["n_tasks"] == 2 and metrics["epochs"] == 2 and len(metrics["sr"]) == 2
     assert metrics["errored_episodes"] == 0
-    recs = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    recs = [json.loads(line) for line in RunDir(run_dir).episodes.read_text().splitlines()]
     assert len(recs) == 4 and {r["task_id"] for r in recs} == {"db-2", "db-3"}
     for r in recs:
         assert 1 <= r["steps"] <= 3 and r["transcript"] and r["llm_calls"] >= 2
-        assert r["info"]["outcome"] in {"correct", "wrong_answer", "no_answer", "table_mismatch"}
+        assert r["outcome_detail"] in {"correct", "wrong_answer", "no_answer", "table_mismatch"}
         assert r["info"]["database"].startswith("llb_") and r["info"]["answer_type"] in {"direct", "md5"}
     # epoch 2 sees epoch 1's memories (same intents, above the auto δ) and puts them in its prompts
     epoch2 = [r for r in recs if r["epoch"] == 2]
     assert all(r["injected"] for r in epoch2)
     assert all(r["info"]["memories_injected"] == len(r["injected"]) for r in recs)
-    card = json.loads((run_dir / "run_card.json").read_text())
+    card = json.loads(RunDir(run_dir).card.read_text())
     assert card["status"] == "finished" and card["llm_totals"]["calls"] > 0
 
     # the run joined the session's server and left it running, with every episode's database gone

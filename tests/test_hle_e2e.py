@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from memrl.rundir import RunDir
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "hle" / "hle_fixture.jsonl"
 
@@ -44,13 +46,13 @@ def test_hle_two_epochs_with_the_embedded_model_as_solver_and_judge(tmp_path) ->
     first = run(tmp_path / "a", cache)
     assert first.returncode == 0, first.stderr[-3000:]
     run_dir = tmp_path / "a"
-    recs = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    recs = [json.loads(line) for line in RunDir(run_dir).episodes.read_text().splitlines()]
     assert len(recs) == 6 and {r["epoch"] for r in recs} == {1, 2}
     text_ids = [json.loads(x)["id"] for x in FIXTURE.read_text().splitlines()
                 if not json.loads(x)["image"]][:3]
     assert sorted({r["task_id"] for r in recs}) == sorted(text_ids)
     for r in recs:
-        outcome = r["info"]["outcome"]
+        outcome = r["outcome_detail"]
         assert outcome in ("correct", "incorrect", "judge_error")
         assert r["success"] == (outcome == "correct")
         assert (outcome == "judge_error") == bool(r["errors"])
@@ -66,20 +68,20 @@ def test_hle_two_epochs_with_the_embedded_model_as_solver_and_judge(tmp_path) ->
     assert any(r["injected"] for r in recs if r["epoch"] == 2)
     assert not any(r["injected"] for r in recs if r["epoch"] == 1 and r["task_id"] == text_ids[0])
     graded = sum(1 for r in recs if not r["errors"])
-    assert len(ChromaBank(run_dir / "bank").snapshot()) == graded  # judge errors teach nothing
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert len(ChromaBank(RunDir(run_dir).bank).snapshot()) == graded  # judge errors teach nothing
+    metrics = json.loads(RunDir(run_dir).metrics.read_text())
     assert metrics["n_tasks"] == 3 and metrics["epochs"] == 2 and len(metrics["sr"]) == 2
     assert metrics["errored_episodes"] == 6 - graded
-    card = json.loads((run_dir / "run_card.json").read_text())
+    card = json.loads(RunDir(run_dir).card.read_text())
     assert card["status"] == "finished" and card["model"].startswith("local/")
     assert card["llm_totals"]["calls"] > 0
 
     # the same command in a new directory: solver and judge answers all come from the cache
     again = run(tmp_path / "b", cache)
     assert again.returncode == 0, again.stderr[-3000:]
-    card_b = json.loads((tmp_path / "b" / "run_card.json").read_text())
+    card_b = json.loads(RunDir(tmp_path / "b").card.read_text())
     assert card_b["llm_totals"]["calls"] == 0
-    recs_b = [json.loads(line) for line in (tmp_path / "b" / "episodes.jsonl").read_text().splitlines()]
+    recs_b = [json.loads(line) for line in RunDir(tmp_path / "b").episodes.read_text().splitlines()]
     assert all(r["info"]["judge"]["cache_hits"] == 1 for r in recs_b if r["info"]["judge"])
-    assert [r["info"]["outcome"] for r in recs_b] == [r["info"]["outcome"] for r in recs]
-    assert json.loads((tmp_path / "b" / "metrics.json").read_text()) == metrics
+    assert [r["outcome_detail"] for r in recs_b] == [r["outcome_detail"] for r in recs]
+    assert json.loads(RunDir(tmp_path / "b").metrics.read_text()) == metrics

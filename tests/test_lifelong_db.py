@@ -223,8 +223,10 @@ def test_settings_name_the_offending_field(tmp_path, monkeypatch):
 def test_env_rejects_unknown_agents(tmp_path):
     from memrl_envs.lifelong import LifelongDbEnv
 
-    with pytest.raises(ValueError, match="unknown Lifelong-DB agent 'expert'"):
-        LifelongDbEnv(data_path=str(tmp_path / "x.json"), agent="expert", server_dir=str(tmp_path))
+    data = tmp_path / "x.json"
+    data.write_text(json.dumps({"0": good_row()}))
+    with pytest.raises(ValueError, match=r"env 'lifelong_db' has no agent 'expert' \(its agents: gold, react\)"):
+        LifelongDbEnv(LifelongDbSettings(data_path=str(data), server_dir=str(tmp_path)), agent="expert")
 
 
 @pytest.mark.skipif(not DB_DATA.is_file(), reason=f"Lifelong DB data not at {DB_DATA}")
@@ -248,11 +250,12 @@ def test_paper_preset_composes_and_validates(tmp_path):
         cfg = compose(config_name="config", overrides=["experiment=llb_db_paper", f"env.data_path={data}",
                                                        f"paths.cache_dir={tmp_path}"])
     assert cfg.env.name == "lifelong_db" and cfg.env.max_steps == 15 and cfg.runner.epochs == 10
-    assert (cfg.retrieval.delta, cfg.retrieval.k1, cfg.retrieval.k2) == (0.37, 10, 5)
+    assert (cfg.env.retrieval.delta, cfg.env.retrieval.k1, cfg.env.retrieval.k2) == (0.37, 10, 5)
     assert cfg.llm.name == "gpt-4o-mini" and cfg.agent.name == "react"
     assert cfg.env.server_dir == os.environ.get("MEMRL_DB_DIR", f"{tmp_path}/mariadb")
     v = validate(cfg)
-    assert v.env.max_steps == 15 and v.agent.needs_llm
+    assert v.env.max_steps == 15 and v.policy.needs_llm
+    assert (v.memory.delta, v.memory.k1, v.memory.k2) == (0.37, 10, 5)
     with initialize_config_dir(config_dir=configs, version_base=None):
         gold = compose(config_name="config", overrides=["env=lifelong_db", "agent=gold", f"env.data_path={data}"])
-    assert validate(gold).agent.needs_llm is False
+    assert validate(gold).policy.needs_llm is False

@@ -13,6 +13,7 @@ import pytest
 
 from memrl.llm.base import LLMError
 from memrl_envs.lifelong import LifelongDbEnv
+from memrl_envs.lifelong.db_settings import LifelongDbSettings
 from memrl_envs.lifelong.db_data import DbTask
 from memrl_envs.lifelong.db_sandbox import EpisodeDatabase
 from memrl_envs.lifelong.db_server import MariaDBServer, find_binary, main as server_cli
@@ -91,13 +92,18 @@ def test_database_and_account_are_dropped_even_after_an_error(mariadb):
     assert db.name not in dbs and db.user not in users
 
 
+def db_env(*, agent="react", **fields) -> LifelongDbEnv:
+    # episodes played with `run_episode` read no task file: a hub address passes the check
+    fields.setdefault("data_path", "hf://unused/unused")
+    return LifelongDbEnv(LifelongDbSettings(**fields), agent=agent)
+
+
 def test_a_bad_table_is_an_env_error_and_leaves_nothing(mariadb):
     task = make_task(rows=[[1, "a", "not a number"]])  # strict mode refuses it
     before = databases_and_users(mariadb)
-    env = LifelongDbEnv(data_path="unused.json", agent="gold", server="external",
-                        socket=mariadb.address.socket)
+    env = db_env(agent="gold", server="external", socket=mariadb.address.socket)
     result = env.run_episode(task, policy=None)
-    assert not result.success and result.info["outcome"] == "env_error"
+    assert not result.success and result.outcome == result.outcome_detail == "env_error"
     assert "setting up table" in result.errors[0]
     assert databases_and_users(mariadb) == before
 
@@ -146,8 +152,7 @@ class Scripted:
 
 
 def external_env(mariadb, **kw):
-    return LifelongDbEnv(data_path="unused.json", agent="react", server="external",
-                         socket=mariadb.address.socket, **kw)
+    return db_env(server="external", socket=mariadb.address.socket, **kw)
 
 
 def test_turn_loop_feeds_errors_back_and_judges_the_answer(mariadb):
@@ -158,7 +163,7 @@ def test_turn_loop_feeds_errors_back_and_judges_the_answer(mariadb):
                " Operation\n```sql\nSELECT COUNT(*) FROM scores;\n```",
                "Action: Answer\nFinal Answer: [(20,)]"]
     result = env.run_episode(make_task(), Scripted(replies))
-    assert result.success and result.info["outcome"] == "correct" and result.steps == 5
+    assert result.success and result.outcome_detail == "correct" and result.steps == 5
     steps = result.transcript
     assert steps[0].observation.startswith("Error: no action found")
     assert "1146" in steps[1].observation and result.info["sql_errors"] == 1
@@ -166,11 +171,11 @@ def test_turn_loop_feeds_errors_back_and_judges_the_answer(mariadb):
     assert steps[3].observation == "[(20,)]" and steps[4].action == "Final Answer: [(20,)]"
 
     wrong = env.run_episode(make_task(), Scripted(["Final Answer: [(19,)]"]))
-    assert not wrong.success and wrong.info["outcome"] == "wrong_answer"
+    assert not wrong.success and wrong.outcome_detail == "wrong_answer"
     silent = external_env(mariadb, max_steps=2).run_episode(make_task(), Scripted(["SELECT 1", "SELECT 2"]))
-    assert silent.info["outcome"] == "no_answer" and silent.info["truncated"] and silent.steps == 2
+    assert silent.outcome_detail == "no_answer" and silent.info["truncated"] and silent.steps == 2
     failed = env.run_episode(make_task(), Scripted(["SELECT 1", LLMError("rate limited")]))
-    assert failed.info["outcome"] == "llm_error" and "rate limited" in failed.errors[0]
+    assert failed.outcome_detail == "llm_error" and "rate limited" in failed.errors[0]
 
 
 def test_change_tasks_are_judged_on_the_table_whatever_the_answer(mariadb):
@@ -184,7 +189,7 @@ def test_change_tasks_are_judged_on_the_table_whatever_the_answer(mariadb):
     done = env.run_episode(task, Scripted(["UPDATE scores SET points = 0 WHERE id > 10;", "Final Answer: nonsense"]))
     assert done.success and done.info["table_hash"] == expected
     idle = env.run_episode(task, Scripted(["Final Answer: done"]))
-    assert not idle.success and idle.info["outcome"] == "table_mismatch"
+    assert not idle.success and idle.outcome_detail == "table_mismatch"
     # dropping or reshaping the table, or leaving it locked, is the agent's failure, not the env's
     for sabotage in ("DROP TABLE scores", "SET @s = CONCAT('DROP DATABASE ', DATABASE()); PREPARE st FROM @s; EXECUTE st", "ALTER TABLE scores DROP COLUMN points",
                      "LOCK TABLES scores WRITE"):
@@ -192,7 +197,7 @@ def test_change_tasks_are_judged_on_the_table_whatever_the_answer(mariadb):
             def reply(self, task, history, last, _s=sabotage):
                 return f"Action: Operation\n```sql\n{_s}\n```" if not history else "Final Answer: done"
         res = external_env(mariadb).run_episode(task, Saboteur([]))
-        assert res.info["outcome"] == "table_mismatch" and not res.errors, (sabotage, res.errors)
+        assert res.outcome_detail == "table_mismatch" and not res.errors, (sabotage, res.errors)
         assert res.transcript[0].observation.startswith("OK"), res.transcript[0].observation
         assert (res.info["table_hash"] is None) == (not sabotage.startswith("LOCK"))
     no_answer = external_env(mariadb, max_steps=1).run_episode(
@@ -206,12 +211,12 @@ GOLD_SAMPLE = ["db-2", "db-495", "db-5", "db-150", "db-71", "db-210", "db-388", 
 
 @needs_data
 def test_gold_solves_real_tasks_through_the_env(mariadb):
-    env = LifelongDbEnv(data_path=str(DB_DATA), agent="gold", server="external", socket=mariadb.address.socket,
-                        task_ids=GOLD_SAMPLE)
+    env = db_env(data_path=str(DB_DATA), agent="gold", server="external", socket=mariadb.address.socket,
+           task_ids=GOLD_SAMPLE)
     tasks = env.tasks()
     assert sorted(t.task_id for t in tasks) == sorted(GOLD_SAMPLE)
     results = {t.task_id: env.solve(t, [], None, seed=0) for t in tasks}
-    failed = {k: (r.info.get("outcome"), r.errors, r.transcript[:1]) for k, r in results.items() if not r.success}
+    failed = {k: (r.outcome_detail, r.errors, r.transcript[:1]) for k, r in results.items() if not r.success}
     assert not failed
     kinds = {env.task(k).answer_type for k in results}
     assert kinds == {"direct", "md5"}
@@ -223,8 +228,8 @@ def test_gold_solves_real_tasks_through_the_env(mariadb):
 def test_tie_order_is_repeatable_across_episodes(mariadb):
     # db-18 orders groups by an average on which two groups tie; with in-memory temporary
     # tables MariaDB's order of the tied rows changed between episodes
-    env = LifelongDbEnv(data_path=str(DB_DATA), agent="gold", server="external", socket=mariadb.address.socket,
-                        task_ids=["db-18"])
+    env = db_env(data_path=str(DB_DATA), agent="gold", server="external", socket=mariadb.address.socket,
+           task_ids=["db-18"])
     task = env.tasks()[0]
     outputs = {env.solve(task, [], None, seed=0).transcript[0].observation for _ in range(8)}
     assert len(outputs) == 1
@@ -235,11 +240,11 @@ def test_tie_order_is_repeatable_across_episodes(mariadb):
 def test_mariadb_differs_from_mysql8_without_the_rewrites(mariadb):
     # GROUP BY order (db-495) and DELETE ... AS alias (db-388): these pass above only because
     # of the MySQL 8 rewrites; without them MariaDB's own answers are judged wrong
-    env = LifelongDbEnv(data_path=str(DB_DATA), agent="gold", server="external", socket=mariadb.address.socket,
-                        task_ids=["db-495", "db-388"], mysql8_compat=False)
+    env = db_env(data_path=str(DB_DATA), agent="gold", server="external", socket=mariadb.address.socket,
+           task_ids=["db-495", "db-388"], mysql8_compat=False)
     results = {t.task_id: env.solve(t, [], None, seed=0) for t in env.tasks()}
-    assert results["db-495"].info["outcome"] == "wrong_answer"
-    assert results["db-388"].info["outcome"] == "table_mismatch"
+    assert results["db-495"].outcome_detail == "wrong_answer"
+    assert results["db-388"].outcome_detail == "table_mismatch"
     assert "1064" in results["db-388"].transcript[0].observation
 
 
@@ -276,11 +281,11 @@ def test_concurrent_episodes_share_a_managed_server(tmp_path):
     # batch_size > 1: the runner plays episodes on threads; one managed server, started once
     from concurrent.futures import ThreadPoolExecutor
 
-    env = LifelongDbEnv(data_path=str(DB_DATA), agent="gold", server_dir=str(tmp_path / "srv"), max_tasks=12)
+    env = db_env(data_path=str(DB_DATA), agent="gold", server_dir=str(tmp_path / "srv"), max_tasks=12)
     tasks = env.tasks()
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda t: env.solve(t, [], None, seed=0), tasks))
-    assert all(r.success for r in results), [(r.info.get("outcome"), r.errors) for r in results if not r.success]
+    assert all(r.success for r in results), [(r.outcome_detail, r.errors) for r in results if not r.success]
     assert len({r.info["database"] for r in results}) == 12
     server = MariaDBServer(tmp_path / "srv")
     assert server.is_running() and not any(n.startswith("llb_") for n in databases_and_users(server)[0])

@@ -22,7 +22,8 @@ class FakeEnv:
         assert self.prepared, "the system is brought up before the first episode"
         ok = task.task_id != "os-2"
         return EpisodeResult(success=ok, reward=float(ok), steps=1,
-                             info={"outcome": "success" if ok else "failed"})
+                             outcome="success" if ok else "failure",
+                             outcome_detail="success" if ok else "failed")
 
 
 def test_run_oracle_reports_rate_outcomes_and_misses(tmp_path):

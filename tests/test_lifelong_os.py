@@ -13,6 +13,7 @@ from memrl.config import ConfigError, validate
 from memrl.llm.base import LLMError
 from memrl.records import RetrievedMemory, Step
 from memrl_envs.lifelong import LifelongOsEnv
+from memrl_envs.lifelong.os_settings import LifelongOsSettings
 from memrl_envs.lifelong.os_episode import ENV_ERROR, FAILED, LLM_ERROR, SUCCESS
 from memrl_envs.lifelong.os_prompts import FINISH, INVALID_MARK, build_prompt, format_observation, parse_action
 from memrl_envs.lifelong.os_rootfs import RootfsSpec, _debian_uris
@@ -84,8 +85,13 @@ class FakeLLM:
         return reply
 
 
-def make_env(data_file, shell, **kw):
-    return LifelongOsEnv(data_path=str(data_file), shell_factory=lambda _root: shell, **kw)
+def os_env(data_file, *, agent="react", shell_factory=None, **fields):
+    return LifelongOsEnv(LifelongOsSettings(data_path=str(data_file), **fields), agent=agent,
+                         shell_factory=shell_factory)
+
+
+def make_env(data_file, shell, agent="react", **fields):
+    return os_env(data_file, agent=agent, shell_factory=lambda _root: shell, **fields)
 
 
 @pytest.fixture(autouse=True)
@@ -116,13 +122,15 @@ def test_task_ids_and_max_tasks_select(data_file):
 
 
 def test_unknown_agent_is_a_clear_error(data_file):
-    with pytest.raises(ValueError, match="unknown Lifelong-OS agent 'expert'"):
-        LifelongOsEnv(data_path=str(data_file), agent="expert")
+    with pytest.raises(ValueError, match=r"env 'lifelong_os' has no agent 'expert' \(its agents: gold, react\)"):
+        os_env(data_file, agent="expert")
+    with pytest.raises(ConfigError, match=r"agent: env 'lifelong_os' has no agent 'canonical'"):
+        validate(cfg("env=lifelong_os", f"env.data_path={data_file}", "agent=canonical"))
 
 
 @pytest.mark.skipif(not DATA.is_file(), reason=f"Lifelong data not at {DATA}")
 def test_the_shared_train_file_loads_whole():
-    env = LifelongOsEnv(data_path=str(DATA), agent="gold")
+    env = os_env(DATA, agent="gold")
     assert len(env.tasks()) == 350 and env.skipped == []
 
 
@@ -201,7 +209,7 @@ def test_gold_runs_init_then_ground_truth_then_check_in_one_system(data_file):
     env = make_env(data_file, shell, agent="gold")
     res = env.solve(env.tasks()[1], [], None, seed=0)  # os-10: has an init script
     assert shell.ran == ["mkdir -p /x", "useradd bob", "id bob"] and shell.closed
-    assert res.success and res.reward == 1.0 and res.info["outcome"] == SUCCESS
+    assert res.success and res.reward == 1.0 and res.outcome_detail == SUCCESS and res.outcome == "success"
     assert [s.action for s in res.transcript] == ["useradd bob", FINISH] and res.info["finished"]
 
 
@@ -209,12 +217,13 @@ def test_failed_check_is_a_failure_and_failed_init_an_env_error(data_file):
     shell = FakeShell({"id bob": CommandResult(1, "no such user")})
     env = make_env(data_file, shell, agent="gold")
     res = env.solve(env.tasks()[0], [], None, seed=0)
-    assert not res.success and res.info["outcome"] == FAILED and res.info["eval_exit"] == 1
+    assert not res.success and (res.outcome, res.outcome_detail) == ("failure", FAILED)
+    assert res.info["eval_exit"] == 1
 
     shell = FakeShell({"mkdir -p /x": CommandResult(1, "read-only")})
     env = make_env(data_file, shell, agent="gold")
     res = env.solve(env.tasks()[1], [], None, seed=0)
-    assert res.info["outcome"] == ENV_ERROR and shell.ran == ["mkdir -p /x"] and shell.closed
+    assert res.outcome == res.outcome_detail == ENV_ERROR and shell.ran == ["mkdir -p /x"] and shell.closed
     assert "initialisation script failed" in res.errors[0]
 
 
@@ -243,26 +252,26 @@ def test_model_failure_is_recorded_and_the_check_still_runs(data_file):
     shell = FakeShell({"id bob": CommandResult(1, "")})
     env = make_env(data_file, shell)
     res = env.solve(env.tasks()[0], [], FakeLLM(["ls /", LLMError("rate limited")]), seed=0)
-    assert res.info["outcome"] == LLM_ERROR and "LLMError at step 2" in res.errors[0]
+    assert res.outcome == res.outcome_detail == LLM_ERROR and "LLMError at step 2" in res.errors[0]
     assert shell.ran == ["ls /", "id bob"] and shell.closed and not res.success
     # the verdict is the system's: work done before the failure still counts
     shell = FakeShell({"id bob": CommandResult(0, "")})
     res = make_env(data_file, shell).solve(env.tasks()[0], [], FakeLLM(["useradd bob", LLMError("x")]), seed=0)
-    assert res.success and res.info["outcome"] == SUCCESS and res.errors
+    assert res.success and res.outcome_detail == SUCCESS and res.errors
 
 
 def test_a_broken_system_is_an_env_error_not_a_crash(data_file):
     shell = FakeShell(fail_on="useradd")
     env = make_env(data_file, shell, agent="gold")
     res = env.solve(env.tasks()[0], [], None, seed=0)
-    assert res.info["outcome"] == ENV_ERROR and "ShellError" in res.errors[0] and shell.closed
+    assert res.outcome_detail == ENV_ERROR and "ShellError" in res.errors[0] and shell.closed
 
     def no_system(_root):
         raise ShellError("the episode sandbox did not start")
 
-    env = LifelongOsEnv(data_path=str(data_file), agent="gold", shell_factory=no_system)
+    env = os_env(data_file, agent="gold", shell_factory=no_system)
     res = env.solve(env.tasks()[0], [], None, seed=0)
-    assert res.info["outcome"] == ENV_ERROR and res.steps == 0 and "did not start" in res.errors[0]
+    assert res.outcome == res.outcome_detail == ENV_ERROR and res.steps == 0 and "did not start" in res.errors[0]
 
 
 def test_command_timeout_reaches_the_shell(data_file):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from memrl.rundir import RunDir
 from memrl_envs.lifelong.os_rootfs import RootfsError, build_rootfs, is_built, rootfs_path
 from memrl_envs.lifelong.os_shell import overlay_available
 
@@ -52,14 +53,14 @@ def test_memrl_on_os_tasks_two_epochs(tmp_path, rootfs):
     out = subprocess.run([sys.executable, "-m", "memrl.run", *args], env=env, capture_output=True, text=True,
                          timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics = json.loads(RunDir(run_dir).metrics.read_text())
     assert metrics["n_tasks"] == 3 and metrics["epochs"] == 2 and len(metrics["sr"]) == 2
     assert metrics["errored_episodes"] == 0
-    recs = [json.loads(x) for x in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    recs = [json.loads(x) for x in RunDir(run_dir).episodes.read_text().splitlines()]
     assert len(recs) == 6 and {r["task_id"] for r in recs} == {"os-0", "os-1", "os-2"}
     outcomes = {"success", "failed", "eval_timeout", "llm_error"}
     for r in recs:
-        assert r["errors"] == [] and r["info"]["outcome"] in outcomes, r["info"]
+        assert r["errors"] == [] and r["outcome_detail"] in outcomes, r["info"]
         assert 1 <= r["steps"] <= 3 and r["transcript"] and r["llm_calls"] >= 2  # actions + experience writer
         assert r["info"]["init_exit"] == 0 and r["info"]["eval_exit"] is not None  # both scripts ran
         assert r["success"] == (r["info"]["eval_exit"] == 0)
@@ -68,6 +69,9 @@ def test_memrl_on_os_tasks_two_epochs(tmp_path, rootfs):
     assert ran and all(s["observation"] for s in ran)  # commands ran in the sandbox and answered
     # epoch 2 sees epoch 1's memories (the same intents are above the auto δ)
     assert any(r["injected"] for r in recs if r["epoch"] == 2)
-    card = json.loads((run_dir / "run_card.json").read_text())
+    card = json.loads(RunDir(run_dir).card.read_text())
     assert card["status"] == "finished" and card["model"].startswith("local/") and card["data_fingerprint"]
     assert card["config"]["env"]["name"] == "lifelong_os"
+    sandbox = card["sessions"][-1]["sandbox"]  # what the episodes' sandboxes held, or why not
+    assert sandbox["mode"].startswith("root file system") and "/proc/sys" in sandbox["kernel_interfaces"]["read_only"]
+    assert all((cap in sandbox["enforced"]) != (cap in sandbox["missing"]) for cap in ("memory", "pids", "disk"))

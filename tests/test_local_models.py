@@ -41,6 +41,8 @@ def test_model_id_of_any_file_is_its_name_and_hash(tmp_path):
     assert backend.model_id == f"local/my-model.Q4@{digest[:12]}"
     chat = LocalLlamaBackend(model_path=a, mode="chat")
     assert chat.model_id == backend.model_id + "/chat"
+    with pytest.raises(FileNotFoundError, match="llm.model_path: no model file"):
+        LocalLlamaBackend(model_path=tmp_path / "missing.gguf").model_id
 
 
 def test_a_copy_of_a_packaged_file_keeps_the_packaged_id(tmp_path, monkeypatch):

@@ -26,6 +26,7 @@ from memrl.llm.scripted import ScriptedBackend  # noqa: E402
 from memrl.memory.base import LearnItem  # noqa: E402
 from memrl.memory.entry import BankUpdate  # noqa: E402
 from memrl.records import EpisodeResult, RetrievedMemory, Step, Task  # noqa: E402
+from memrl.rundir import RunDir
 from memrl_baselines.mem0 import Mem0Memory, Mem0Settings, parse_extraction  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -254,7 +255,7 @@ def test_mem0_config_composes_and_validates():
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
         cfg = compose(config_name="config", overrides=[f"env.data_root={ALFWORLD}", "memory=mem0",
-                                                       "retrieval.k2=5"])
+                                                       "env.retrieval.k2=5"])
     if not ALFWORLD.is_dir():
         pytest.skip(f"ALFWorld data not at {ALFWORLD}")
     v = validate(cfg)
@@ -328,7 +329,7 @@ def test_runner_resume_after_a_crash_inside_apply_matches_an_uninterrupted_run(t
     assert len(ref) == 8  # 4 tasks x 2 epochs, one extracted memory each
     with pytest.raises(KeyboardInterrupt):
         run_with_runner(tmp_path / "crash", cache, crash_at=5)  # first add of epoch 2, batch 0
-    assert (tmp_path / "crash" / "state" / "journal.json").exists()
+    assert RunDir(tmp_path / "crash").journal.exists()
     resumed = run_with_runner(tmp_path / "crash", cache)
     assert resumed == ref
     assert write_metrics(tmp_path / "crash", plots=False) == write_metrics(tmp_path / "ref", plots=False)
@@ -351,7 +352,7 @@ def test_mem0_end_to_end_on_alfworld(tmp_path):
     out = subprocess.run([sys.executable, "-m", "memrl.run", *args], env=env, capture_output=True,
                          text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
-    recs = [json.loads(x) for x in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    recs = [json.loads(x) for x in RunDir(run_dir).episodes.read_text().splitlines()]
     assert len(recs) == 4 and {r["epoch"] for r in recs} == {1, 2}
     # every episode of epoch 1 reached mem0 (extracted, or stored raw when the small model's
     # answer was not mem0's JSON), and epoch 2 retrieves from it
@@ -367,11 +368,11 @@ def test_mem0_end_to_end_on_alfworld(tmp_path):
         assert len(r["injected"]) == min(3, stored_before)
         for m in r["injected"]:
             assert order[m["id"].split("#")[0]] < own
-    card = json.loads((run_dir / "run_card.json").read_text())
+    card = json.loads(RunDir(run_dir).card.read_text())
     assert card["config"]["memory"]["name"] == "mem0" and card["status"] == "finished"
     assert card["memory_setup"]["mem0ai"] == "2.2.1"
     # the mem0 calls went through the project's client: more calls than the agent's own
     agent_calls = sum(r["llm_calls"] for r in recs)
     assert card["llm_totals"]["calls"] + card["llm_totals"]["cache_hits"] >= agent_calls + 4
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics = json.loads(RunDir(run_dir).metrics.read_text())
     assert metrics["n_tasks"] == 2 and metrics["epochs"] == 2

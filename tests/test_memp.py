@@ -1,4 +1,4 @@
-"""The MemP baseline (DESIGN §6): its build / retrieve / update axes and deprecation, driven
+"""The MemP baseline (docs/design.md §6): its build / retrieve / update axes and deprecation, driven
 through the real Runner on real ALFWorld games (valid_seen) by a scripted model, plus unit
 tests of the pure parts, config composition and idempotent updates.
 
@@ -26,6 +26,7 @@ from memrl.memory.bank import ChromaBank
 from memrl.memory.base import LearnItem
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.records import EpisodeResult, RetrievedMemory, Step, Task, read_episodes
+from memrl.rundir import RunDir
 from memrl.runner import Runner, RunnerSettings
 from memrl_baselines.memp import (ADJUST_PROMPT, KEYWORD_PROMPT, SCRIPT_PROMPT, DeprecationSettings,
                                   MemPMemory, MemPSettings, compose_experience, is_deprecated,
@@ -54,11 +55,11 @@ def cache_dir(request) -> Path:
 def make_env(cache_dir: Path, *, agent: str = "react", max_steps: int = STEPS,
              ids: tuple[str, ...] = (WIN, LOSE)):
     pytest.importorskip("alfworld", reason="the alfworld extra is not installed")
-    from memrl_envs.alfworld import AlfworldEnv
+    from memrl_envs.alfworld import AlfworldEnv, AlfworldSettings
 
-    env = AlfworldEnv(split="valid_seen", data_root=ALFWORLD, agent=agent, max_steps=max_steps,
-                      task_ids=list(ids), max_tasks=len(ids), cache_dir=cache_dir,
-                      show_progress=False)
+    settings = AlfworldSettings(split="valid_seen", data_root=str(ALFWORLD), max_steps=max_steps,
+                                task_ids=list(ids), max_tasks=len(ids), cache_dir=str(cache_dir))
+    env = AlfworldEnv(settings, agent=agent, show_progress=False)
     by_id = {t.task_id: t for t in env.tasks()}
     assert set(by_id) == set(ids)
     return env, [by_id[i] for i in ids]  # in the order asked for
@@ -115,7 +116,7 @@ class Script:
 
 
 def memp(tmp_path: Path, emb, **kw) -> MemPMemory:
-    return MemPMemory(MemPSettings(**kw), bank_dir=tmp_path / "bank", embedder=emb)
+    return MemPMemory(MemPSettings(**kw), bank_dir=RunDir(tmp_path).bank, embedder=emb)
 
 
 def run(run_dir: Path, env, tasks, memory, script: Script, *, epochs: int, embedder):
@@ -125,7 +126,7 @@ def run(run_dir: Path, env, tasks, memory, script: Script, *, epochs: int, embed
                     settings=RunnerSettings(epochs=epochs, batch_size=1, progress=False), seed=0,
                     embed_intents=embedder.embed)
     runner.run(tasks)
-    return {(r.epoch, r.task_id): r for r in read_episodes(run_dir / "episodes.jsonl")}
+    return {(r.epoch, r.task_id): r for r in read_episodes(RunDir(run_dir).episodes)}
 
 
 def bank_of(memory: MemPMemory) -> dict[str, dict]:
@@ -553,7 +554,7 @@ def test_memp_composes_validates_and_builds(tmp_path):
     assert s.deprecation.enabled and (s.deprecation.min_hits, s.deprecation.min_success_rate) == (3, 0.5)
     module = v.memory_cls.build(v.memory, run_dir=tmp_path, embedder=HashingEmbedder(dim=16))
     assert module.needs_llm is True and module.snapshot() == []
-    assert (tmp_path / "bank").is_dir()
+    assert RunDir(tmp_path).bank.is_dir()
     v2 = validate(cfg("memory.build=trajectory", "memory.retrieve=random", "memory.update=validation",
                       "memory.deprecation.enabled=false"))
     m2 = v2.memory_cls.build(v2.memory, run_dir=tmp_path / "b", embedder=HashingEmbedder(dim=16))

@@ -9,10 +9,11 @@ from memrl.embed import HashingEmbedder
 from memrl.memory.base import LearnItem
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
 from memrl.records import EpisodeResult, RetrievedMemory, Step, Task
+from memrl.rundir import RunDir
 
 
 def make(tmp_path, **kw):
-    return MemRLMemory(MemRLSettings(**kw), bank_dir=tmp_path / "bank", embedder=HashingEmbedder(dim=64))
+    return MemRLMemory(MemRLSettings(**kw), bank_dir=RunDir(tmp_path).bank, embedder=HashingEmbedder(dim=64))
 
 
 def item(task, success, injected=(), epoch=1, errored=False, text="exp"):
@@ -72,12 +73,18 @@ def test_utility_reorders_candidates(tmp_path):
     assert mem.retrieve(T1)[0].memory_id == "e001:b/2"
 
 
-def test_delta_auto_uses_the_run_intents(tmp_path):
+def test_delta_auto_uses_the_run_intents_and_the_delta_in_use_is_logged(tmp_path, caplog):
     mem = make(tmp_path, delta="auto", delta_quantile=0.8)
-    facts = mem.setup([T1, T2, T3, Task("d/4", "heat some egg and put it in garbagecan.")])
+    with caplog.at_level("INFO", logger="memrl.memory.memrl"):
+        facts = mem.setup([T1, T2, T3, Task("d/4", "heat some egg and put it in garbagecan.")])
     emb = HashingEmbedder(dim=64).embed([T1.intent, T2.intent, T3.intent, "heat some egg and put it in garbagecan."])
     sims = (emb @ emb.T)[np.triu_indices(4, 1)]
     assert facts["delta"] == pytest.approx(float(np.quantile(sims, 0.8)))
+    assert f"delta = {facts['delta']:.4f} (auto" in caplog.text and "over 4 tasks, embedder hashing-64" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO", logger="memrl.memory.memrl"):
+        assert make(tmp_path / "b", delta=0.38).setup([T1])["delta"] == 0.38
+    assert "delta = 0.3800 (configured; embedder hashing-64)" in caplog.text
 
 
 def test_near_duplicate_intents_share_one_key(tmp_path):
@@ -86,6 +93,23 @@ def test_near_duplicate_intents_share_one_key(tmp_path):
     mem.learn([item(T2, False, epoch=2)])
     snap = {e["id"]: e for e in mem.snapshot()}
     assert snap["e002:b/2"]["intent"] == T1.intent  # stored under the existing key
+
+
+def test_new_entries_follow_the_one_recipe(tmp_path):
+    """id e<epoch>:<task>, key = the runner's embedding (else computed), insertion order
+    counted on from the bank, errored episodes skipped unless learn_from_errors."""
+    mem = make(tmp_path, delta=0.0)
+    mem.learn([item(T1, True)])
+    given = [0.0] * 63 + [1.0]
+    a, b, c = item(T2, True, epoch=3), item(T3, False, epoch=3, errored=True), item(T1, False, epoch=3)
+    a.embedding = given
+    entries = mem.new_entries([a, b, c])
+    assert [(e.memory_id, e.order) for e in entries] == [("e003:b/2", 1), ("e003:a/1", 2)]
+    assert entries[0].embedding == given and entries[0].intent == T2.intent
+    assert entries[1].embedding == pytest.approx(HashingEmbedder(dim=64).embed([T1.intent])[0].tolist())
+    assert entries[1].kind == "reflection" and entries[1].success is False and entries[1].q == 0.0
+    keep = make(tmp_path / "b", delta=0.0, learn_from_errors=True)
+    assert [e.memory_id for e in keep.new_entries([b])] == ["e003:c/3"]
 
 
 def test_raw_write_mode_makes_no_model_call(tmp_path):

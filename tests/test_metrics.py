@@ -23,6 +23,7 @@ from memrl.metrics import (
     sr_curve,
 )
 from memrl.records import EpisodeRecord, append_jsonl
+from memrl.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -99,6 +100,7 @@ def test_compute_metrics_keys_and_values() -> None:
     assert set(m) == {
         "sr", "last", "csr", "csr_curve", "forgetting", "forgetting_mean", "n_tasks", "epochs",
         "n_episodes", "errored_episodes", "tokens", "llm_calls", "missing_cells", "outcomes",
+        "outcome_details",
     }
     assert m["sr"] == pytest.approx([1 / 3, 2 / 3, 2 / 3])
     assert m["last"] == pytest.approx(2 / 3)
@@ -150,7 +152,7 @@ def test_empty_records_raise() -> None:
 
 
 def _write_run(run_dir: Path) -> None:
-    append_jsonl(run_dir / "episodes.jsonl", [r.to_json() for r in records_from(S3)])
+    append_jsonl(RunDir(run_dir).episodes, [r.to_json() for r in records_from(S3)])
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -172,12 +174,12 @@ def test_cli_writes_metrics_and_plots(tmp_path: Path) -> None:
     p = _cli(str(tmp_path))
     assert p.returncode == 0, p.stderr
     printed = json.loads(p.stdout)
-    on_disk = json.loads((tmp_path / "metrics.json").read_text())
+    on_disk = json.loads(RunDir(tmp_path).metrics.read_text())
     assert printed == on_disk
     assert on_disk["forgetting_mean"] == pytest.approx(0.5)
     assert on_disk["csr"] == pytest.approx(1.0)
     for name in ("sr.png", "csr.png", "forgetting.png"):
-        png = tmp_path / "plots" / name
+        png = RunDir(tmp_path).plots / name
         assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -185,35 +187,73 @@ def test_cli_no_plots(tmp_path: Path) -> None:
     _write_run(tmp_path)
     p = _cli(str(tmp_path), "--no-plots")
     assert p.returncode == 0, p.stderr
-    assert (tmp_path / "metrics.json").is_file()
-    assert not (tmp_path / "plots").exists()
+    assert RunDir(tmp_path).metrics.is_file()
+    assert not RunDir(tmp_path).plots.exists()
 
 
 def test_cli_missing_dir_exits_2(tmp_path: Path) -> None:
     p = _cli(str(tmp_path / "nope"))
     assert p.returncode == 2
     assert p.stdout == ""
-    assert len(p.stderr.strip().splitlines()) == 1 and "episodes.jsonl" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and RunDir.EPISODES in p.stderr
 
 
 def test_cli_missing_episodes_file_exits_2(tmp_path: Path) -> None:
     p = _cli(str(tmp_path))
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "metrics.json").exists()
+    assert not RunDir(tmp_path).metrics.exists()
 
 
-def test_outcome_classes_are_counted_per_epoch() -> None:
+def test_outcomes_are_counted_per_epoch_in_the_shared_vocabulary() -> None:
     from memrl.metrics import outcome_counts
 
-    def r(task: str, epoch: int, outcome: str | None) -> EpisodeRecord:
-        info = {"outcome": outcome} if outcome is not None else {}
-        return EpisodeRecord(epoch=epoch, batch=0, task_id=task, intent=task,
-                             success=outcome == "pass", reward=0.0, steps=1, info=info)
+    def r(task: str, epoch: int, outcome: str, detail: str = "", **kw) -> EpisodeRecord:
+        return EpisodeRecord(epoch=epoch, batch=0, task_id=task, intent=task, success=outcome == "success",
+                             reward=0.0, steps=1, outcome=outcome, outcome_detail=detail, **kw)
 
-    records = [r("a", 1, "pass"), r("b", 1, "env_error"), r("c", 1, "env_error"),
-               r("a", 2, "timeout"), r("b", 2, "pass"), r("c", 2, None)]
-    assert outcome_counts(records) == {"1": {"env_error": 2, "pass": 1},
-                                       "2": {"pass": 1, "timeout": 1}}
-    assert outcome_counts([r("a", 1, None)]) == {}
-    assert compute_metrics(records)["outcomes"]["1"]["env_error"] == 2
+    records = [r("a", 1, "success", "pass"), r("b", 1, "env_error", "env_error"),
+               r("c", 1, "failure", "syntax_error"), r("a", 2, "timeout", "timeout"),
+               r("b", 2, "success", "pass"), r("c", 2, "llm_error")]
+    assert outcome_counts(records) == {"1": {"env_error": 1, "failure": 1, "success": 1},
+                                       "2": {"llm_error": 1, "success": 1, "timeout": 1}}
+    assert outcome_counts(records, "outcome_detail") == {"1": {"env_error": 1, "pass": 1, "syntax_error": 1},
+                                                         "2": {"pass": 1, "timeout": 1}}
+    m = compute_metrics(records)
+    assert m["outcomes"]["1"]["failure"] == 1 and m["outcome_details"]["1"]["syntax_error"] == 1
+    # the info dict is not where outcomes are read from any more
+    assert outcome_counts([r("a", 1, "failure", info={"outcome": "pass"})]) == {"1": {"failure": 1}}
+    with pytest.raises(ValueError, match="not one of"):
+        r("a", 1, "crashed")
+    with pytest.raises(ValueError, match="contradicts success"):
+        EpisodeRecord(epoch=1, batch=0, task_id="a", intent="a", success=True, reward=1.0, steps=1,
+                      outcome="failure")
+
+
+def test_old_records_without_an_outcome_stay_readable(tmp_path) -> None:
+    """Records written before the shared vocabulary: env names in info["outcome"] (or none,
+    ALFWorld) are mapped; what is left is derived from success and errors."""
+    import json
+
+    from memrl.records import read_episodes
+
+    rows = [({"success": True, "info": {"outcome": "pass"}}, ("success", "pass")),
+            ({"success": False, "info": {"outcome": "syntax_error"}}, ("failure", "syntax_error")),
+            ({"success": False, "info": {"outcome": "solver_error"}, "errors": ["solver_error: x"]},
+             ("llm_error", "solver_error")),
+            ({"success": False, "info": {"outcome": "eval_timeout"}}, ("timeout", "eval_timeout")),
+            ({"success": False, "info": {"outcome": "unsupported_input"}, "errors": ["x"]},
+             ("env_error", "unsupported_input")),
+            ({"success": False, "info": {"outcome": "judge_error"}, "errors": ["x"]}, ("judge_error", "judge_error")),
+            ({"success": True, "info": {"task_type": "put"}}, ("success", "")),  # ALFWorld
+            ({"success": False, "info": {}}, ("failure", "")),
+            ({"success": False, "errors": ["LLMError at step 3: down"]}, ("llm_error", "")),
+            ({"success": False, "errors": ["env crash: KeyError: 'x'"]}, ("env_error", "")),
+            ({"success": False, "info": {"outcome": "pass"}}, ("failure", "pass"))]  # contradicts: success wins
+    path = RunDir(tmp_path).episodes
+    path.write_text("".join(json.dumps({"epoch": 1, "batch": 0, "task_id": f"t{i}", "intent": "x",
+                                        "reward": 0.0, "steps": 1, **row}) + "\n"
+                            for i, (row, _) in enumerate(rows)))
+    recs = read_episodes(path)
+    assert [(r.outcome, r.outcome_detail) for r in recs] == [want for _, want in rows]
+    assert compute_metrics(recs)["outcomes"]["1"]["llm_error"] == 2

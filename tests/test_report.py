@@ -1,4 +1,4 @@
-"""The cross-run report (memrl/report.py, scripts/report.py) on hand-written run directories,
+"""The cross-run report (memrl/report/, scripts/report.py) on hand-written run directories,
 checked against numbers computed by hand; plus the wandb epoch logger and the sweep configs."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from memrl import report as R
+from memrl.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ["t0", "t1", "t2", "t3"]
@@ -54,7 +55,7 @@ def write_run(d: Path, *, memory: str, seed: int, S: list[list[int]], lam: float
                       "cache_dir": f"/cache/{d.name}"},
               "memory": mem_cfg, "runner": runner, "seed": seed,
               "paths": {"cache_dir": f"/somewhere/{d.name}"}}
-    (d / "run_card.json").write_text(json.dumps({"config": config, "status": "finished"}))
+    RunDir(d).card.write_text(json.dumps({"config": config, "status": "finished"}))
     lines = []
     for e, row in enumerate(S, start=1):
         for i, (t, ok) in enumerate(zip(tasks, row)):
@@ -65,12 +66,12 @@ def write_run(d: Path, *, memory: str, seed: int, S: list[list[int]], lam: float
                    "tokens": {"prompt": 10, "completion": 2}, "llm_calls": 1, "errors": [],
                    "transcript": [], "info": dict(info or {}), "seed": seed}
             lines.append(json.dumps(rec))
-    (d / "episodes.jsonl").write_text("\n".join(lines) + "\n")
+    RunDir(d).episodes.write_text("\n".join(lines) + "\n")
     if eval_S is not None:  # transfer: held-out evaluation after each epoch, as the runner writes it
         rows = [json.dumps({"epoch": e, "batch": i, "task_id": f"v{i}", "intent": f"v{i}", "success": bool(ok),
                             "reward": float(ok), "steps": 1, "seed": seed})
                 for e, row in enumerate(eval_S, start=1) for i, ok in enumerate(row)]
-        (d / "eval_episodes.jsonl").write_text("\n".join(rows) + "\n")
+        RunDir(d).eval_episodes.write_text("\n".join(rows) + "\n")
     return d
 
 
@@ -80,7 +81,7 @@ def runs_dir(tmp_path: Path) -> Path:
     for (memory, seed), S in MATRICES.items():
         write_run(root / "alfworld" / memory / f"seed={seed}", memory=memory, seed=seed, S=S)
     (root / "not_a_run").mkdir()
-    (root / "not_a_run" / "run_card.json").write_text("{}")  # no episodes.jsonl: not a run
+    RunDir(root / "not_a_run").card.write_text("{}")  # no episodes.jsonl: not a run
     return root
 
 
@@ -131,7 +132,7 @@ def test_paired_bootstrap():
 # --------------------------------------------------------------------------- runs and groups
 def test_find_and_group_runs(runs_dir: Path):
     dirs = R.find_runs([runs_dir])
-    assert len(dirs) == 4 and all((d / "episodes.jsonl").is_file() for d in dirs)
+    assert len(dirs) == 4 and all(RunDir(d).episodes.is_file() for d in dirs)
     groups = R.group_runs([R.load_run(d) for d in dirs])
     # paths.cache_dir, env.cache_dir and runner.progress differ but are not swept keys
     assert [(g.memory, g.params, g.seeds) for g in groups] == [("memrl", (), [0, 1]), ("none", (), [0, 1])]
@@ -233,19 +234,20 @@ def test_topk_grid_and_transfer_table(tmp_path: Path):
     S = MATRICES[("memrl", 0)]
     for k1, k2 in [(5, 1), (5, 3), (10, 1), (10, 3)]:
         d = write_run(root / f"k{k1}-{k2}", memory="memrl", seed=0, S=S)
-        card = json.loads((d / "run_card.json").read_text())
+        card = json.loads(RunDir(d).card.read_text())
         card["config"]["memory"].update(k1=k1, k2=k2)
-        (d / "run_card.json").write_text(json.dumps(card))
+        RunDir(d).card.write_text(json.dumps(card))
     # transfer runs: the held-out evaluation (eval_episodes.jsonl) counts, not the training
     # episodes (all solved here); best epoch SR 2/4 (epoch 2) and 3/4 (epoch 1)
     for seed, rows in enumerate([[[0, 0, 0, 0], [1, 1, 0, 0], [0, 1, 0, 0]],
                                  [[1, 1, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]]]):
         write_run(root / f"transfer{seed}", memory="memrl", seed=seed, S=[[1, 1]] * 3, tasks=["a", "b"],
                   mode="transfer", eval_S=rows)
-    # older layout: evaluation records marked by info.phase inside episodes.jsonl
+    # the held-out evaluation is read from the eval records only: training records carry no
+    # evaluation, whatever their info says
     old = write_run(tmp_path / "old", memory="memrl", seed=0, S=[[0, 1, 1, 1], [0, 0, 0, 0]],
                     mode="transfer", info={"phase": "valid"})
-    assert R.eval_sr_curve(R.load_run(old)) == [0.75, 0.0]
+    assert R.eval_sr_curve(R.load_run(old)) == []
     out = tmp_path / "out"
     files = R.build_report([root], out, n_boot=200, warn=lambda m: None)
     assert files["topk_grid.png"].is_file()

@@ -1,4 +1,4 @@
-"""Hand-computed cases for MemRL's retrieval math and the utility update (DESIGN §4)."""
+"""Hand-computed cases for MemRL's retrieval math and the utility update (docs/design.md §4)."""
 
 import numpy as np
 import pytest

@@ -15,6 +15,7 @@ from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
 from memrl.metrics import write_metrics
 from memrl.records import EpisodeResult, Step, Task, read_episodes
+from memrl.rundir import RunDir
 from memrl.runner import Runner, RunnerSettings
 
 
@@ -48,7 +49,7 @@ def hash_model(request) -> str:
 
 def make_runner(run_dir, *, epochs=3, batch_size=2, cache=None):
     emb = HashingEmbedder(dim=32)
-    memory = MemRLMemory(MemRLSettings(delta=-1.0, k1=4, k2=2), bank_dir=run_dir / "bank", embedder=emb)
+    memory = MemRLMemory(MemRLSettings(delta=-1.0, k1=4, k2=2), bank_dir=RunDir(run_dir).bank, embedder=emb)
     backend = ScriptedBackend(hash_model, model_id="hash")
     llm = LLMClient(backend, cache=cache, max_concurrency=2, max_retries=0)
     env = CoinEnv()
@@ -66,7 +67,7 @@ def finish(run_dir, **kw):
 
 def test_records_bank_and_batch_start_retrieval(tmp_path):
     snap, metrics, _ = finish(tmp_path / "a", epochs=2, batch_size=2)
-    recs = read_episodes(tmp_path / "a" / "episodes.jsonl")
+    recs = read_episodes(RunDir(tmp_path / "a").episodes)
     assert [(r.epoch, r.task_id) for r in recs][:5] == [(1, f"t{i}") for i in range(5)]
     assert len(recs) == 10 and len(snap) == 10  # one memory per episode
     # batch 0 of epoch 1 retrieves against the empty bank: nothing injected to either task
@@ -80,7 +81,7 @@ def test_records_bank_and_batch_start_retrieval(tmp_path):
 
 def test_utilities_follow_sequential_updates_in_task_order(tmp_path):
     snap, _, _ = finish(tmp_path / "a", epochs=2, batch_size=5)
-    recs = read_episodes(tmp_path / "a" / "episodes.jsonl")
+    recs = read_episodes(RunDir(tmp_path / "a").episodes)
     q = {}
     visits = {}
     for r in recs:  # replay the update rule from the records, in task order
@@ -152,9 +153,9 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, crash_point):
     snap, metrics, _ = finish(run_dir)
     assert snap == ref_snap
     assert metrics == ref_metrics
-    recs = read_episodes(run_dir / "episodes.jsonl")
+    recs = read_episodes(RunDir(run_dir).episodes)
     assert len(recs) == 15 and len({(r.epoch, r.task_id) for r in recs}) == 15
-    assert not (run_dir / "state" / "journal.json").exists()
+    assert not RunDir(run_dir).journal.exists()
 
 
 def test_second_run_with_cache_makes_no_model_calls(tmp_path):
@@ -172,7 +173,7 @@ def test_finished_run_is_not_replayed(tmp_path):
     runner, env, _, backend = make_runner(tmp_path / "a")
     runner.run(env.tasks())
     assert backend.calls == 0
-    assert json.loads((tmp_path / "a" / "state" / "checkpoint.json").read_text()) == {"epoch": 3, "batch": 2}
+    assert json.loads(RunDir(tmp_path / "a").checkpoint.read_text()) == {"epoch": 3, "batch": 2}
 
 
 def test_skip_solved_carries_success_without_model_calls(tmp_path):
@@ -191,7 +192,7 @@ def test_skip_solved_carries_success_without_model_calls(tmp_path):
     runner = Runner(tmp_path, env=Flaky(), memory=Once(), llm=LLMClient(backend, max_retries=0),
                     settings=RunnerSettings(epochs=4, batch_size=2, progress=False), seed=3)
     runner.run(Flaky().tasks())
-    recs = read_episodes(tmp_path / "episodes.jsonl")
+    recs = read_episodes(RunDir(tmp_path).episodes)
     first_win = {}
     for r in recs:
         if r.task_id in first_win:
@@ -207,7 +208,7 @@ def test_transfer_evaluates_frozen_bank_after_each_epoch(tmp_path):
     runner, env, memory, backend = make_runner(tmp_path, epochs=2, batch_size=2)
     held_out = [Task(f"v{i}", f"stack the red block number {i} on the table") for i in range(3)]
     runner.run(env.tasks(), held_out)
-    evals = read_episodes(tmp_path / "eval_episodes.jsonl")
+    evals = read_episodes(RunDir(tmp_path).eval_episodes)
     assert [(r.epoch, r.task_id) for r in evals] == [(e, f"v{i}") for e in (1, 2) for i in range(3)]
     assert all(r.llm_calls == 1 for r in evals)  # acting only: no experience written
     assert len(memory.snapshot()) == 10  # only training episodes wrote memories
@@ -230,7 +231,7 @@ def test_an_oracle_reads_no_memories_and_moves_no_q(tmp_path):
                     settings=RunnerSettings(epochs=2, batch_size=2, progress=False), seed=7,
                     embed_intents=runner.embed_intents, reads_memories=False)
     oracle.run(env.tasks())
-    recs = [r for r in read_episodes(tmp_path / "a" / "episodes.jsonl") if r.epoch == 2]
+    recs = [r for r in read_episodes(RunDir(tmp_path / "a").episodes) if r.epoch == 2]
     assert len(recs) == 5 and all(r.injected == [] for r in recs)
     after = {e["id"]: (e["q"], e["visits"]) for e in memory.snapshot()}
     assert {i: after[i] for i in before} == before  # no Q moved, no visit counted

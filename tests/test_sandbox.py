@@ -151,10 +151,11 @@ def test_output_is_capped(tmp_path):
 
 
 def test_work_dir_is_readable_afterwards(tmp_path):
+    """With `disk_mb=None` the sandbox writes the host folder itself (no disk cap)."""
     work = tmp_path / "w"
     work.mkdir()
     (work / "main.py").write_text("open('result.txt', 'w').write('42')")
-    r = run_isolated([sys.executable, "main.py"], workdir=work)
+    r = run_isolated([sys.executable, "main.py"], workdir=work, limits=Limits(disk_mb=None))
     assert r.returncode == 0, r.stderr
     assert (work / "result.txt").read_text() == "42"
     assert (work / "result.txt").stat().st_uid == os.getuid()
@@ -177,3 +178,26 @@ except OSError as exc:
 """, tmp_mb=16)
     assert r.returncode == 0, r.stderr
     assert "full 28" in r.stdout  # ENOSPC
+
+
+def test_capped_work_dir_is_a_seeded_copy_whose_writes_stay_inside(tmp_path):
+    work = tmp_path / "w"
+    (work / "sub").mkdir(parents=True)
+    (work / "sub" / "data.txt").write_text("seed")
+    (work / "main.py").write_text("""
+import os
+print(open('sub/data.txt').read(), os.stat('.').st_uid == os.getuid())
+open('result.txt', 'w').write('42')
+try:
+    with open('fill', 'wb') as fh:
+        for _ in range(64):
+            fh.write(b'x' * 2**20)
+    print('WROTE 64 MB')
+except OSError as exc:
+    print('full', exc.errno)
+""")
+    r = run_isolated([sys.executable, "main.py"], workdir=work, limits=Limits(wall_s=20, disk_mb=16))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["seed", "True", "full", "28"]  # the seed is there; past 16 MB: ENOSPC
+    assert sorted(p.name for p in work.iterdir()) == ["main.py", "sub"]  # nothing came back
+    assert (work / "sub" / "data.txt").read_text() == "seed"

@@ -27,6 +27,7 @@ from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.bank import SERVER_CLAIM, BankSettings
 from memrl.memory.bankio import read_entries, resolve
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
+from memrl.rundir import RunDir
 from memrl.runner import Runner, RunnerSettings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,7 +57,7 @@ def sweep_cli(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
            "MEMRL_CACHE_DIR": str(tmp / "cache"), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    base = ["-m", "env=tiny", "llm=scripted", "embedder=hashing", "retrieval.delta=0.0",
+    base = ["-m", "env=tiny", "llm=scripted", "embedder=hashing", "env.retrieval.delta=0.0",
             "runner.progress=false", "runner.epochs=2", f"hydra.searchpath=[file://{FIXTURE_CONFIGS}]"]
     return subprocess.run([sys.executable, "-m", "memrl.run", *base, *args], cwd=tmp, env=env,
                           capture_output=True, text=True, timeout=600)
@@ -70,11 +71,11 @@ def test_joblib_sweep_runs_every_job_in_parallel_processes(tmp_path):
     out = sweep_cli(["hydra/launcher=parallel", "memory.lam=0,1", f"hydra.sweep.dir={sweep}"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Joblib.Parallel" in out.stdout + out.stderr  # the joblib launcher ran the jobs
-    cards = sorted(sweep.glob("*/run_card.json"))
+    cards = sorted(sweep.glob(f"*/{RunDir.CARD}"))
     assert len(cards) == 2
     assert sorted(json.loads(c.read_text())["config"]["memory"]["lam"] for c in cards) == [0.0, 1.0]
     for c in cards:
-        metrics = json.loads((c.parent / "metrics.json").read_text())
+        metrics = json.loads(RunDir(c.parent).metrics.read_text())
         assert metrics["n_tasks"] == 4 and metrics["epochs"] == 2
     launched = OmegaConf.load(sweep / "multirun.yaml")
     assert launched.hydra.launcher._target_.endswith("JoblibLauncher") and launched.hydra.launcher.n_jobs == 2
@@ -124,9 +125,9 @@ def test_submitit_runs_a_job_through_its_local_executor(tmp_path):
     sweep = tmp_path / "sweep"
     out = sweep_cli(["hydra/launcher=submitit_local", "memory.lam=0.5", f"hydra.sweep.dir={sweep}"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    (card,) = sweep.glob("*/run_card.json")
+    (card,) = sweep.glob(f"*/{RunDir.CARD}")
     assert json.loads(card.read_text())["config"]["memory"]["lam"] == 0.5
-    assert (card.parent / "metrics.json").exists()
+    assert RunDir(card.parent).metrics.exists()
     assert list((sweep / ".submitit").glob("*/*_result.pkl"))  # submitit collected the result
 
 
@@ -236,7 +237,7 @@ def chroma_server(tmp_path):
 
 
 def _run(run_dir: Path, bank: BankSettings) -> MemRLMemory:
-    memory = MemRLMemory(MemRLSettings(delta=0.0, k1=4, k2=2, bank=bank), bank_dir=run_dir / "bank",
+    memory = MemRLMemory(MemRLSettings(delta=0.0, k1=4, k2=2, bank=bank), bank_dir=RunDir(run_dir).bank,
                          embedder=EMB)
     env = TinyEnv(n_tasks=6)
     Runner(run_dir, env=env, memory=memory,
@@ -251,14 +252,14 @@ def test_chroma_server_backend_matches_the_embedded_bank(tmp_path, chroma_server
     on_server = _run(tmp_path / "a", served)
     embedded = _run(tmp_path / "b", BankSettings())
     assert on_server.snapshot() == embedded.snapshot() and len(on_server.snapshot()) == 12
-    assert not (tmp_path / "a" / "bank" / "chroma.sqlite3").exists()  # entries live in the server
-    assert json.loads((tmp_path / "a" / "bank" / SERVER_CLAIM).read_text())["collection"] == "run-a"
+    assert not (RunDir(tmp_path / "a").bank / "chroma.sqlite3").exists()  # entries live in the server
+    assert json.loads((RunDir(tmp_path / "a").bank / SERVER_CLAIM).read_text())["collection"] == "run-a"
     # the same run opened again (a resumed session) finds its memories on the server
-    again = MemRLMemory(MemRLSettings(delta=0.0, k1=4, k2=2, bank=served), bank_dir=tmp_path / "a" / "bank",
+    again = MemRLMemory(MemRLSettings(delta=0.0, k1=4, k2=2, bank=served), bank_dir=RunDir(tmp_path / "a").bank,
                         embedder=EMB)
     assert again.snapshot() == embedded.snapshot()
     # bank tools read a server-backed run over HTTP
     assert len(read_entries(resolve(tmp_path / "a"))) == 12
     # another run pointed at the same collection is refused instead of mixing memories
     with pytest.raises(ValueError, match="memory.bank.collection"):
-        MemRLMemory(MemRLSettings(bank=served), bank_dir=tmp_path / "c" / "bank", embedder=EMB)
+        MemRLMemory(MemRLSettings(bank=served), bank_dir=RunDir(tmp_path / "c").bank, embedder=EMB)

@@ -12,6 +12,7 @@ from memrl.demo import min_discordant, power
 from memrl.embed import HashingEmbedder
 from memrl.memory.bank import ChromaBank
 from memrl.memory.entry import BankUpdate, MemoryEntry
+from memrl.rundir import RunDir
 from memrl.teacher_effect import copy_accuracy, teacher_episodes, teacher_memory_task, teacher_q
 
 
@@ -23,7 +24,7 @@ def _episode(epoch, task, actions, success, injected=()):
 
 def _write(path: Path, rows) -> Path:
     path.mkdir(parents=True, exist_ok=True)
-    (path / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    RunDir(path).episodes.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
 
@@ -66,7 +67,7 @@ def test_copy_accuracy_per_epoch_with_and_without_the_same_games_memory(runs):
 def test_teacher_q_movements_from_the_final_bank(runs, tmp_path):
     _, student = runs
     emb = HashingEmbedder(dim=16)
-    bank = ChromaBank(student / "bank")
+    bank = ChromaBank(RunDir(student).bank)
     entries = [MemoryEntry(memory_id=f"init:e001:{t}", intent=t, experience=t, embedding=emb.embed([t])[0].tolist(),
                            q=q, visits=v, success=s, task_id=t, order=i, extra={"seeded_q": 0.0})
                for i, (t, q, v, s) in enumerate([("a", 0.3, 3, True), ("b", -0.51, 2, False), ("c", 0.0, 0, True)])]
@@ -90,13 +91,17 @@ def test_power_of_the_paired_test():
 @pytest.mark.parametrize("env, oracle", [("alfworld", "expert"), ("bigcodebench", "canonical"),
                                          ("lifelong_os", "gold"), ("lifelong_db", "gold"), ("hle", "gold")])
 def test_every_env_with_an_oracle_can_teach(env, oracle):
+    from hydra.utils import get_class
+
     from memrl.teach import compose, oracle_agent, teacher_overrides
 
     assert oracle_agent(compose([f"env={env}"])) == oracle
     over = teacher_overrides([f"env={env}", "memory.writer.max_trajectory_chars=500", "runner.epochs=3"])
     assert f"agent={oracle}" in over and "memory.write_mode=raw" in over
     cfg = compose(over)
-    assert cfg.agent.name == oracle and not cfg.agent.needs_llm and cfg.memory.write_mode == "raw"
+    policy = get_class(cfg.env._target_).POLICIES[cfg.agent.name]
+    assert cfg.agent.name == oracle and cfg.memory.write_mode == "raw"
+    assert not policy.needs_llm and not policy.reads_memories  # plays without a model, reads no memory
     assert cfg.memory.writer.max_trajectory_chars == 500  # the user's override wins ...
     assert cfg.runner.epochs == 1  # ... but the oracle plays once
 

@@ -20,22 +20,23 @@ from memrl.llm.client import LLMClient
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.bank import BankSettings
 from memrl.memory.bankio import SEED_MARKER, BankSourceError, read_entries, resolve
-from memrl.memory.base import LearnItem
+from memrl.memory.base import FrozenMemory, LearnItem, MemoryModule
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
 from memrl.records import EpisodeResult, Task, read_episodes
+from memrl.rundir import RunDir
 from memrl.runner import Runner, RunnerSettings
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_CONFIGS = REPO / "tests" / "fixtures" / "configs"
 
 
-def seeded(run_dir: Path, source: Path, *, frozen: bool, embedder=EMB) -> MemRLMemory:
+def seeded(run_dir: Path, source: Path, *, frozen: bool, embedder=EMB) -> MemoryModule:
     bank = BankSettings(init_from=str(source), frozen=frozen)
-    return MemRLMemory(MemRLSettings(delta=0.0, k1=4, k2=2, bank=bank), bank_dir=run_dir / "bank",
-                       embedder=embedder)
+    return MemRLMemory.build(MemRLSettings(delta=0.0, k1=4, k2=2, bank=bank), run_dir=run_dir,
+                             embedder=embedder)
 
 
-def play(run_dir: Path, memory: MemRLMemory, *, epochs: int, model: str = "scripted-b") -> ScriptedBackend:
+def play(run_dir: Path, memory: MemoryModule, *, epochs: int, model: str = "scripted-b") -> ScriptedBackend:
     backend = ScriptedBackend(reply, model_id=model)
     env = TinyEnv(n_tasks=6)
     memory.setup(env.tasks())
@@ -54,12 +55,14 @@ def test_frozen_transfer_uses_the_source_bank_as_is(tmp_path):
     trained = train(source, epochs=2)
     src_snapshot, src_hash = trained.snapshot(), tree_hash(source)
     mem = seeded(tmp_path / "b", source, frozen=True)
+    assert isinstance(mem, FrozenMemory) and isinstance(mem.inner, MemRLMemory)
+    assert not isinstance(seeded(tmp_path / "u", source, frozen=False), FrozenMemory)
     facts = mem.setup(TinyEnv(n_tasks=6).tasks())
     assert facts["bank"]["frozen"] is True
     assert facts["bank"]["init_from"]["entries"] == len(src_snapshot) == 12
     assert facts["bank"]["init_from"]["source"]["model"] == "scripted-a"
     play(tmp_path / "b", mem, epochs=2)
-    recs = read_episodes(tmp_path / "b" / "episodes.jsonl")
+    recs = read_episodes(RunDir(tmp_path / "b").episodes)
     assert len(recs) == 12
     assert all(r.llm_calls == 1 for r in recs)  # act only: a frozen bank writes no memories
     injected = [m["id"] for r in recs for m in r.injected]
@@ -94,7 +97,7 @@ def test_resume_does_not_seed_again(tmp_path):
     assert again.snapshot() == after_one  # nothing re-seeded at start
     play(tmp_path / "resumed", again, epochs=2)
     assert again.snapshot() == straight.snapshot()  # same end state as one session
-    marker = json.loads((tmp_path / "resumed" / "bank" / SEED_MARKER).read_text())
+    marker = json.loads((RunDir(tmp_path / "resumed").bank / SEED_MARKER).read_text())
     assert marker["status"] == "done" and marker["entries"] == 6
 
 
@@ -102,7 +105,7 @@ def test_a_seed_interrupted_while_copying_is_completed(tmp_path):
     source = tmp_path / "a"
     train(source, epochs=1)
     full = seeded(tmp_path / "full", source, frozen=True).snapshot()
-    partial = tmp_path / "partial" / "bank"
+    partial = RunDir(tmp_path / "partial").bank
     from memrl.memory.bankio import renamed, write_entries
     from memrl.memory.bank import ChromaBank
     write_entries(ChromaBank(partial), renamed(read_entries(resolve(source))[:2], "init:"))
@@ -125,7 +128,7 @@ def test_seeding_refuses_another_embedder(tmp_path):
     with pytest.raises(BankSourceError, match="hashing-32.*hashing-64"):
         seeded(tmp_path / "b", source, frozen=True, embedder=HashingEmbedder(dim=64))
     # a bare export without provenance: the vector size is still checked
-    from memrl.bank import main as bank_main
+    from memrl.cli.bank import main as bank_main
     out = tmp_path / "a.jsonl"
     bank_main(["export", str(source), str(out)])
     out.with_name("a.jsonl.meta.json").unlink()
@@ -138,7 +141,7 @@ def test_frozen_is_generic_for_banked_baselines(tmp_path):
     from memrl_baselines.rag import RAGMemory, RAGSettings
 
     bank = BankSettings(frozen=True)
-    rag = RAGMemory(RAGSettings(k=2, bank=bank), bank_dir=tmp_path / "bank", embedder=EMB)
+    rag = RAGMemory.build(RAGSettings(k=2, bank=bank), run_dir=tmp_path, embedder=EMB)
     task = Task("t0", "stack the red block on the table")
     result = EpisodeResult(success=True, reward=1.0, steps=1)
     assert rag.digest(task, result, epoch=1, llm=None) is None
@@ -146,15 +149,20 @@ def test_frozen_is_generic_for_banked_baselines(tmp_path):
                                  digest={"experience": "x"}, embedding=EMB.embed([task.intent])[0].tolist())])
     assert update.is_empty()
     unfrozen = RAGMemory(RAGSettings(k=2), bank_dir=tmp_path / "bank2", embedder=EMB)
-    assert not unfrozen.plan([LearnItem(task=task, result=result, injected=[], epoch=1,
-                                        digest=unfrozen.digest(task, result, epoch=1, llm=None),
-                                        embedding=EMB.embed([task.intent])[0].tolist())]).is_empty()
+    learnt = unfrozen.plan([LearnItem(task=task, result=result, injected=[], epoch=1,
+                                      digest=unfrozen.digest(task, result, epoch=1, llm=None),
+                                      embedding=EMB.embed([task.intent])[0].tolist())])
+    assert not learnt.is_empty()
+    rag.apply(learnt)
+    assert rag.snapshot() == [] and rag.bank.next_order == 0  # a frozen bank is never written
+    assert rag.inner.plan([LearnItem(task=task, result=result, injected=[], epoch=1)]).add  # the module itself learns
 
 
 def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "tests"), "MEMRL_CACHE_DIR": str(cwd / "cache"),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
+           "MEMRL_CACHE_DIR": str(cwd / "cache"),
            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    base = ["env=tiny", "llm=scripted", "embedder=hashing", "retrieval.delta=0.0", "runner.progress=false",
+    base = ["env=tiny", "llm=scripted", "embedder=hashing", "env.retrieval.delta=0.0", "runner.progress=false",
             f"hydra.searchpath=[file://{FIXTURE_CONFIGS}]"]
     return subprocess.run([sys.executable, "-m", "memrl.run", *base, *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
@@ -166,25 +174,25 @@ def test_transfer_command_end_to_end_and_resume(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     out = run_cli(["runner.epochs=2", f"hydra.run.dir={a}"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    src_hash = tree_hash(a / "bank")
+    src_hash = tree_hash(RunDir(a).bank)
     cmd = ["llm.model=scripted-b", f"memory.bank.init_from={a}", "memory.bank.frozen=true",
            "runner.epochs=1", f"hydra.run.dir={b}"]
     out = run_cli(cmd, tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    card = json.loads((b / "run_card.json").read_text())
+    card = json.loads(RunDir(b).card.read_text())
     assert card["model"] == "scripted-b"
     assert card["memory_setup"]["bank"]["init_from"]["source"]["model"] == "scripted-a"
     assert card["config"]["memory"]["bank"]["frozen"] is True
-    recs = read_episodes(b / "episodes.jsonl")
+    recs = read_episodes(RunDir(b).episodes)
     assert len(recs) == 4 and all(r.llm_calls == 1 for r in recs)
     assert any(m["id"].startswith("init:") for r in recs for m in r.injected)
-    assert tree_hash(a / "bank") == src_hash
-    seeded_at = json.loads((b / "bank" / SEED_MARKER).read_text())["seeded_at"]
+    assert tree_hash(RunDir(a).bank) == src_hash
+    seeded_at = json.loads((RunDir(b).bank / SEED_MARKER).read_text())["seeded_at"]
     # the same command again: a finished run, not seeded again
     out = run_cli(cmd, tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads((b / "bank" / SEED_MARKER).read_text())["seeded_at"] == seeded_at
-    assert len(read_episodes(b / "episodes.jsonl")) == 4
+    assert json.loads((RunDir(b).bank / SEED_MARKER).read_text())["seeded_at"] == seeded_at
+    assert len(read_episodes(RunDir(b).episodes)) == 4
     # a missing source is a config error naming the key, before anything runs
     out = run_cli([f"memory.bank.init_from={tmp_path / 'nope'}", f"hydra.run.dir={tmp_path / 'c'}"], tmp_path)
     assert out.returncode == 2 and "memory.bank.init_from" in out.stderr

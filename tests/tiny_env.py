@@ -11,49 +11,46 @@ from __future__ import annotations
 
 import hashlib
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from memrl.records import EpisodeResult, Step, Task
+from memrl_envs.base import Env, EnvSettings, Policy
 
 INTENTS = ["stack the red block on the table", "stack the blue block on the shelf",
            "put the red block in the box", "put the blue block under the lamp",
            "stack the green block on the red block", "put the green block in the box"]
 
 
-class TinySettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class TinySettings(EnvSettings):
     name: str = "tiny"
     n_tasks: int = Field(4, ge=1, le=len(INTENTS))
-    max_tasks: int | None = Field(None, ge=1)
-    task_ids: list[str] | None = None
-    max_steps: int = Field(1, ge=1)
 
 
-class TinyEnv:
+class TinyEnv(Env):
+    """`TinyEnv(n_tasks=6)` for tests; `TinyEnv(TinySettings(...), agent="react")` as the
+    builder makes it."""
+
     name = "tiny"
     Settings = TinySettings
+    POLICIES = {"react": Policy}
 
-    def __init__(self, n_tasks: int = 4, max_tasks: int | None = None,
-                 task_ids: list[str] | None = None, max_steps: int = 1, agent: str = "react"):
-        if agent != "react":
-            raise ValueError(f"agent: the tiny env knows only 'react' (got {agent!r})")
-        tasks = [Task(f"t{i}", INTENTS[i]) for i in range(n_tasks)]
-        if task_ids:
-            tasks = [t for t in tasks if t.task_id in set(task_ids)]
-        self._tasks = tasks[:max_tasks] if max_tasks else tasks
+    def __init__(self, settings: TinySettings | None = None, *, agent: str = "react", **fields):
+        super().__init__(settings or TinySettings(**fields), agent=agent)
 
-    def tasks(self) -> list[Task]:
-        return list(self._tasks)
+    def _list_tasks(self) -> list[Task]:
+        s = self.s
+        tasks = [Task(f"t{i}", INTENTS[i]) for i in range(s.n_tasks)]
+        if s.task_ids:
+            tasks = [t for t in tasks if t.task_id in set(s.task_ids)]
+        return tasks[:s.max_tasks] if s.max_tasks else tasks
 
     def solve(self, task, memories, llm, seed):
-        prompt = task.intent + "\n" + "\n".join(m.memory_id for m in memories)
-        reply_text = llm.complete(prompt, purpose="act")
+        policy = self.new_policy(llm, memories)
+        prompt = task.intent + "\n" + "\n".join(m.memory_id for m in policy.memories)
+        reply_text = policy.llm.complete(prompt, purpose="act")
         win = reply_text[:1] in set("01234567")
         return EpisodeResult(success=win, reward=float(win), steps=1,
                              transcript=[Step(action=reply_text, observation="won" if win else "lost")])
-
-    def close(self) -> None:
-        pass
 
 
 def reply(request) -> str:

@@ -3,6 +3,4 @@
 from .adapter import AlfworldEnv
 from .settings import AlfworldSettings
 
-AlfworldEnv.Settings = AlfworldSettings  # the schema `memrl.config.validate` checks env=alfworld with
-
-__all__ = ["AlfworldEnv"]
+__all__ = ["AlfworldEnv", "AlfworldSettings"]

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, ClassVar, Sequence
 
 from memrl.llm.base import LLMError
 from memrl.records import EpisodeResult, RetrievedMemory, Step, Task
+from memrl_envs.base import Env, Policy
 
 from . import catalog, speedups
 from .game import AlfworldGame, expert_rng_guard, seed_expert_rng, split_initial_observation
 from .prompts import (
     INSTRUCTIONS,
-    MEMORY_FORMATS,
     PROMPTS_FILENAME,
+    STOP,
     build_prompt,
     default_prompts_file,
     format_task_start,
@@ -25,126 +25,117 @@ from .prompts import (
     resolve_style,
     select_demonstrations,
 )
+from .settings import AlfworldSettings
 
 if TYPE_CHECKING:
     from memrl.llm.client import EpisodeLLM
 
-AGENTS = ("react", "expert")
 _SAVE_EVERY = 20
 
 
-class AlfworldEnv:
+class AlfworldPolicy(Policy):
+    """An ALFWorld agent: one action per turn from the episode so far."""
+
+    expert_plan: ClassVar[bool] = False     # the game computes ALFWorld's expert plan for it
+    demonstrations: ClassVar[bool] = False  # its prompt shows ReAct demonstrations
+    style: str | None = None                # which of them (prompts.DEMO_STYLES)
+
+    def act(self, demos: Sequence[str], task_start: str, transcript: Sequence[Step],
+            infos: dict) -> str:
+        raise NotImplementedError
+
+
+class ReactPolicy(AlfworldPolicy):
+    """The LLM continues the ReAct prompt (demonstrations, memories, the episode so far)."""
+
+    demonstrations = True
+
+    def __init__(self, settings: AlfworldSettings, llm: "EpisodeLLM | None",
+                 memories: Sequence[RetrievedMemory]) -> None:
+        super().__init__(settings, llm, memories)
+        self.style = resolve_style(settings.demo_style, llm)  # act-only for embedded models
+
+    def act(self, demos: Sequence[str], task_start: str, transcript: Sequence[Step],
+            infos: dict) -> str:
+        prompt = build_prompt(demos, self.memories, task_start, transcript,
+                              instruction=INSTRUCTIONS[self.style], memory_format=self.s.memory_format)
+        reply = self.llm.complete(prompt, purpose="act", max_tokens=self.s.max_tokens, stop=STOP)
+        return parse_action(reply or "")
+
+
+class ExpertPolicy(AlfworldPolicy):
+    """ALFWorld's handcoded expert (no LLM): the next action of its plan."""
+
+    needs_llm = False
+    reads_memories = False
+    expert_plan = True
+
+    def act(self, demos: Sequence[str], task_start: str, transcript: Sequence[Step],
+            infos: dict) -> str:
+        return str(infos["extra.expert_plan"][0])
+
+
+class AlfworldEnv(Env):
     """ALFWorld text games (TextWorld) behind the project's Env seam.
 
-    Args:
-        split: valid_train | valid_seen | valid_unseen | train (json_2.1.1 subfolders).
-        data_root: the ALFWorld data folder; default ``$ALFWORLD_DATA``.
-        agent: "react" (needs an LLM) or "expert" (ALFWorld's handcoded expert, no LLM).
-        max_steps: actions per episode ("think:" actions count, as in ReAct).
-        max_tasks: keep the first N games after sorting by task id.
-        task_ids: keep only these task ids (applied before ``max_tasks``).
-        intent_with_observation: the intent is the room description plus the task
-            sentence instead of the task sentence alone.
-        cache_dir: where the per-game intent cache lives; default ``$MEMRL_CACHE_DIR``
-            or ``~/.cache/memrl``.
-        prompts_file: ReAct demonstrations (keys ``react_<type>_<i>`` and ``act_<type>_<i>``);
-            default ``<data_root>/react_alfworld_3prompts.json``.
-        demo_index, num_demos: which demonstrations of the task's type go in the prompt.
-        demo_style: auto | react | act (see ``prompts``: auto = act-only demonstrations for
-            the embedded models, ReAct for the others).
-        memory_format: episode (memories shown as episodes) | text (as stored).
-        max_tokens, stop: generation settings of the action call.
-        show_progress: show a progress bar while intents are computed.
+    Settings (``AlfworldSettings``, the `env=alfworld` group): the split (json_2.1.1
+    subfolder), data_root, max_steps (actions per episode; "think:" actions count, as in
+    ReAct), max_tasks / task_ids, intent_with_observation (the intent is the room
+    description plus the task sentence), cache_dir (the per-game intent cache), prompts_file
+    and demo_index / num_demos (the ReAct demonstrations), demo_style (auto | react | act:
+    auto = ReAct's act-only demonstrations for the embedded models, ReAct for the others),
+    memory_format (episode: memories shown as episodes | text: as stored), max_tokens (per
+    action reply).
+    Agents: "react" (an LLM) or "expert" (ALFWorld's handcoded expert, no LLM).
+    `show_progress`: a progress bar while intents are computed.
     """
 
     name = "alfworld"
+    Settings = AlfworldSettings
+    POLICIES = {"react": ReactPolicy, "expert": ExpertPolicy}
 
-    def __init__(
-        self,
-        split: str = "valid_seen",
-        data_root: str | os.PathLike[str] | None = None,
-        agent: str = "react",
-        max_steps: int = 30,
-        max_tasks: int | None = None,
-        task_ids: Iterable[str] | None = None,
-        intent_with_observation: bool = False,
-        cache_dir: str | os.PathLike[str] | None = None,
-        prompts_file: str | os.PathLike[str] | None = None,
-        demo_index: int = 0,
-        num_demos: int = 1,
-        demo_style: str = "auto",
-        memory_format: str = "episode",
-        max_tokens: int = 128,
-        stop: Sequence[str] = ("\n",),
-        show_progress: bool = True,
-    ) -> None:
-        if agent not in AGENTS:
-            raise ValueError(f"unknown ALFWorld agent {agent!r}; expected one of {AGENTS}")
-        if max_steps < 1:
-            raise ValueError("max_steps must be >= 1")
-        if max_tasks is not None and max_tasks < 0:
-            raise ValueError("max_tasks must be >= 0")
-        self.split = split
-        self.data_root = catalog.resolve_data_root(data_root)
-        self.split_dir = catalog.split_folder(self.data_root, split)
+    def __init__(self, settings: AlfworldSettings, *, agent: str, show_progress: bool = True) -> None:
+        super().__init__(settings, agent=agent)
+        self.data_root = catalog.resolve_data_root(settings.data_root)
+        self.split_dir = catalog.split_folder(self.data_root, settings.split)
         # alfworld's import creates ~/.cache/alfworld unless ALFWORLD_DATA is set.
         os.environ.setdefault("ALFWORLD_DATA", str(self.data_root))
-        self.agent = agent
-        self.max_steps = int(max_steps)
-        self.max_tasks = max_tasks
-        self.task_ids = list(task_ids) if task_ids is not None else None
-        self.intent_with_observation = intent_with_observation
-        self.cache = catalog.GameInfoCache(cache_dir)
+        self.cache = catalog.GameInfoCache(settings.cache_dir)
         speedups.set_disk_dir(self.cache.path.parent)  # PDDL translations, next to the game facts
-        self.demo_index = demo_index
-        self.num_demos = num_demos
-        self.demo_style = demo_style
-        resolve_style(demo_style, None)  # a bad value fails here, not in an episode
-        if memory_format not in MEMORY_FORMATS:
-            raise ValueError(f"memory_format: {' | '.join(MEMORY_FORMATS)} (got {memory_format!r})")
-        self.memory_format = memory_format
-        self.max_tokens = max_tokens
-        self.stop = tuple(stop)
         self.show_progress = show_progress
         self._demos: dict[tuple[str, str], list[str]] = {}  # (style, task type) -> demonstrations
-        if agent == "react" and num_demos > 0:
-            path = Path(prompts_file) if prompts_file is not None else default_prompts_file(self.data_root)
+        if self.policy_cls.demonstrations and settings.num_demos > 0:
+            path = Path(settings.prompts_file) if settings.prompts_file is not None \
+                else default_prompts_file(self.data_root)
             if path is None or not path.is_file():
-                wanted = prompts_file or self.data_root / PROMPTS_FILENAME
-                raise ValueError(f"ReAct prompts file not found ({wanted}): pass prompts_file=..., or num_demos=0")
+                wanted = settings.prompts_file or self.data_root / PROMPTS_FILENAME
+                raise ValueError(f"ReAct prompts file not found ({wanted}): set prompts_file, or num_demos=0")
             all_demos = load_demonstrations(path)
-            styles = ("react", "act") if demo_style == "auto" else (demo_style,)
+            styles = ("react", "act") if settings.demo_style == "auto" else (settings.demo_style,)
             for style in styles:
                 for task_type in catalog.TASK_TYPES.values():
                     self._demos[(style, task_type)] = select_demonstrations(
-                        all_demos, task_type, demo_index, num_demos, style=style)
-        self._tasks: list[Task] | None = None
-        self._tasks_lock = threading.Lock()
+                        all_demos, task_type, settings.demo_index, settings.num_demos, style=style)
 
     # -- tasks -----------------------------------------------------------------------
-    def tasks(self) -> list[Task]:
-        with self._tasks_lock:
-            if self._tasks is None:
-                self._tasks = self._list_tasks()
-            return list(self._tasks)
-
     def _list_tasks(self) -> list[Task]:
+        s = self.s
         entries = catalog.candidate_games(self.split_dir)
-        if self.task_ids is not None:
+        if s.task_ids is not None:
             by_id = {e.task_id: e for e in entries}
-            missing = [t for t in self.task_ids if t not in by_id]
+            missing = [t for t in s.task_ids if t not in by_id]
             if missing:
-                raise ValueError(f"unknown task ids for split {self.split!r} ({self.split_dir}): {missing[:5]}")
-            wanted = set(self.task_ids)
+                raise ValueError(f"unknown task ids for split {s.split!r} ({self.split_dir}): {missing[:5]}")
+            wanted = set(s.task_ids)
             entries = [e for e in entries if e.task_id in wanted]
         chosen: list[tuple[catalog.GameEntry, str]] = []
         for entry in entries:
-            if self.max_tasks is not None and len(chosen) >= self.max_tasks:
+            if s.max_tasks is not None and len(chosen) >= s.max_tasks:
                 break
             digest = catalog.file_digest(entry.game_file)
             if catalog.is_solvable(entry.game_file, self.cache, digest):
                 chosen.append((entry, digest))
-        if not chosen and self.max_tasks != 0:
+        if not chosen:
             raise ValueError(
                 f"no playable ALFWorld games in {self.split_dir} (after filters): {catalog.DATA_HINT}"
             )
@@ -153,12 +144,12 @@ class AlfworldEnv:
         for entry, digest in chosen:
             known = self.cache.get(digest)
             room, sentence = known["room"], known["task"]
-            intent = format_task_start(room, sentence) if self.intent_with_observation else sentence
+            intent = format_task_start(room, sentence) if s.intent_with_observation else sentence
             payload = {
                 "game_file": str(entry.game_file),
                 "task_type": entry.task_type,
                 "family": entry.family,
-                "split": self.split,
+                "split": s.split,
                 "task": sentence,
                 "room": room,
             }
@@ -172,7 +163,7 @@ class AlfworldEnv:
             return
         from tqdm import tqdm
 
-        bar = tqdm(todo, desc=f"alfworld {self.split}: reading task intents", disable=not self.show_progress)
+        bar = tqdm(todo, desc=f"alfworld {self.s.split}: reading task intents", disable=not self.show_progress)
         try:
             for n, (entry, digest) in enumerate(bar, 1):
                 with AlfworldGame(str(entry.game_file), max_env_steps=1) as game:
@@ -192,57 +183,39 @@ class AlfworldEnv:
             raise ValueError(f"task {task.task_id!r}: no game file at {game_file}")
         return catalog.GameEntry(task_id=task.task_id, game_file=game_file, family=catalog.task_family(task.task_id))
 
-    def solve(
-        self,
-        task: Task,
-        memories: Sequence[RetrievedMemory],
-        llm: "EpisodeLLM | None",
-        seed: int,
-    ) -> EpisodeResult:
+    def solve(self, task: Task, memories: Sequence[RetrievedMemory], llm: "EpisodeLLM | None",
+              seed: int) -> EpisodeResult:
         entry = self._entry_for(task)
-        if self.agent == "expert":
+        policy = self.new_policy(llm, memories)
+        if policy.expert_plan:
             with expert_rng_guard():
-                return self._play(entry, memories, None, seed)
-        if llm is None:
-            raise ValueError("the ReAct ALFWorld agent needs an LLM")
-        return self._play(entry, memories, llm, seed)
+                return self._play(entry, policy, seed)
+        return self._play(entry, policy, seed)
 
-    def _play(
-        self,
-        entry: catalog.GameEntry,
-        memories: Sequence[RetrievedMemory],
-        llm: "EpisodeLLM | None",
-        seed: int,
-    ) -> EpisodeResult:
-        expert = llm is None
+    def _play(self, entry: catalog.GameEntry, policy: AlfworldPolicy, seed: int) -> EpisodeResult:
+        max_steps = self.s.max_steps
         transcript: list[Step] = []
         errors: list[str] = []
+        outcome = ""
         won = done = False
         env_steps = 0
         empty_actions = 0  # replies with no parseable action (empty or blank): a wasted step
         task_start = ""
-        style = resolve_style(self.demo_style, llm)
-        game = AlfworldGame(str(entry.game_file), max_env_steps=self.max_steps, with_expert=expert)
+        game = AlfworldGame(str(entry.game_file), max_env_steps=max_steps, with_expert=policy.expert_plan)
         try:
             obs, infos = game.reset()
             task_start = format_task_start(*split_initial_observation(obs))
-            if expert:
+            if policy.expert_plan:
                 seed_expert_rng(seed)
-            demos = self._demos.get((style, entry.task_type), [])
-            while not done and len(transcript) < self.max_steps:
-                if expert:
-                    action = str(infos["extra.expert_plan"][0])
-                else:
-                    prompt = build_prompt(demos, memories, task_start, transcript,
-                                          instruction=INSTRUCTIONS[style],
-                                          memory_format=self.memory_format)
-                    try:
-                        reply = llm.complete(prompt, purpose="act", max_tokens=self.max_tokens, stop=self.stop)
-                    except LLMError as exc:
-                        errors.append(f"LLMError at step {len(transcript) + 1}: {exc}")
-                        break
-                    action = parse_action(reply or "")
-                    empty_actions += not action
+            demos = self._demos.get((policy.style or "", entry.task_type), [])
+            while not done and len(transcript) < max_steps:
+                try:
+                    action = policy.act(demos, task_start, transcript, infos)
+                except LLMError as exc:
+                    errors.append(f"LLMError at step {len(transcript) + 1}: {exc}")
+                    outcome = "llm_error"
+                    break
+                empty_actions += not action
                 if is_think(action):
                     observation = "OK."
                 else:
@@ -251,9 +224,15 @@ class AlfworldEnv:
                 transcript.append(Step(action=action, observation=observation))
         except Exception as exc:  # an env failure ends the episode as failed, not the run
             errors.append(f"{type(exc).__name__}: {exc}")
+            outcome = "env_error"
         finally:
             game.close()
-        truncated = not won and not errors and len(transcript) >= self.max_steps
+        truncated = not won and not errors and len(transcript) >= max_steps
+        if won:
+            outcome, detail = "success", "won"
+        else:
+            outcome = outcome or "failure"
+            detail = "step_limit" if truncated else outcome
         return EpisodeResult(
             success=won,
             reward=1.0 if won else 0.0,
@@ -268,9 +247,11 @@ class AlfworldEnv:
                 "env_steps": env_steps,
                 "empty_actions": empty_actions,
                 "initial_observation": task_start,
-                "memories_injected": 0 if expert else len(memories),
-                **({} if expert else {"demo_style": style}),
+                "memories_injected": len(policy.memories),
+                **({"demo_style": policy.style} if policy.style else {}),
             },
+            outcome=outcome,
+            outcome_detail=detail,
         )
 
     def close(self) -> None:

@@ -16,15 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memrl.llm.cache import default_cache_dir
+from memrl.cache import default_cache_dir
 from memrl.records import write_json_atomic
 
-SPLIT_FOLDERS = {
-    "valid_train": "valid_train",
-    "valid_seen": "valid_seen",
-    "valid_unseen": "valid_unseen",
-    "train": "train",
-}
+from .settings import SPLITS
 
 # ALFWorld task family (folder prefix) -> the short name used by the ReAct prompt keys.
 TASK_TYPES = {
@@ -60,19 +55,14 @@ def task_family(task_id: str) -> str:
     return prefix
 
 
-def resolve_data_root(data_root: str | os.PathLike[str] | None) -> Path:
-    if data_root is None:
-        env = os.environ.get("ALFWORLD_DATA")
-        if not env:
-            raise ValueError(f"no ALFWorld data folder given and ALFWORLD_DATA is not set: {DATA_HINT}")
-        data_root = env
+def resolve_data_root(data_root: str | os.PathLike[str]) -> Path:
     return Path(os.path.expandvars(os.path.expanduser(str(data_root)))).resolve()
 
 
 def split_folder(data_root: Path, split: str) -> Path:
-    if split not in SPLIT_FOLDERS:
-        raise ValueError(f"unknown ALFWorld split {split!r}; expected one of {sorted(SPLIT_FOLDERS)}")
-    folder = data_root / "json_2.1.1" / SPLIT_FOLDERS[split]
+    if split not in SPLITS:
+        raise ValueError(f"unknown ALFWorld split {split!r}; expected one of {sorted(SPLITS)}")
+    folder = data_root / "json_2.1.1" / split
     if not folder.is_dir():
         raise ValueError(f"ALFWorld split folder {folder} does not exist: {DATA_HINT}")
     return folder

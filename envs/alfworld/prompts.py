@@ -28,6 +28,7 @@ PROMPTS_FILENAME = "react_alfworld_3prompts.json"
 DEMO_STYLES = ("react", "act")
 MEMORY_FORMATS = ("episode", "text")
 TASK_MARKER = "Your task is to: "
+STOP = ("\n",)  # an action is one line
 
 INSTRUCTION = (
     "You control an agent inside a text-based simulation of a household. After each '>' "

@@ -5,21 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-SPLITS = {"valid_train": "valid_train", "valid_seen": "valid_seen",
-          "valid_unseen": "valid_unseen", "train": "train"}
+from memrl.result_keys import data_location, no_effect
+from memrl_envs.base import EnvSettings
+
+# ALFWorld's splits: the folders of json_2.1.1 (valid_train: the paper's training tasks)
+SPLITS = ("valid_train", "valid_seen", "valid_unseen", "train")
 
 
-class AlfworldSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class AlfworldSettings(EnvSettings):
     name: str = "alfworld"
-    data_root: str = Field(description="ALFWorld data folder ($ALFWORLD_DATA)")
-    split: Literal["valid_train", "valid_seen", "valid_unseen", "train"] = "valid_train"
-    max_steps: int = Field(30, ge=1)
-    max_tasks: int | None = Field(None, ge=1)
-    task_ids: list[str] | None = None
+    data_root: str = data_location(description="ALFWorld data folder ($ALFWORLD_DATA)")
+    split: Literal[SPLITS] = "valid_train"
+    max_steps: int = Field(30, ge=1, description="actions per episode (think: actions count)")
     prompts_file: str | None = None
     demo_index: int = Field(0, ge=0)
     num_demos: int = Field(1, ge=0)
@@ -29,12 +28,12 @@ class AlfworldSettings(BaseModel):
     memory_format: Literal["episode", "text"] = "episode"
     max_tokens: int = Field(64, ge=1, description="tokens per action reply")
     intent_with_observation: bool = False
-    cache_dir: str | None = None
+    cache_dir: str | None = no_effect(None)
 
     @model_validator(mode="after")
     def _check_paths(self) -> "AlfworldSettings":
         root = Path(self.data_root).expanduser()
-        split_dir = root / "json_2.1.1" / SPLITS[self.split]
+        split_dir = root / "json_2.1.1" / self.split
         if not split_dir.is_dir():
             raise ValueError(
                 f"data_root: no ALFWorld split folder at {split_dir} "

@@ -4,137 +4,135 @@ judged by the task's unit tests in a sandbox (see executor.py, outcome.py)."""
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
+from memrl.config import ConfigError
 from memrl.llm.base import LLMError
 from memrl.records import EpisodeResult, RetrievedMemory, Step, Task
-from memrl_envs.sandbox import SandboxError
+from memrl_envs.base import Env, Policy
+from memrl_envs.sandbox import SandboxError, SandboxFitError
 
 from . import loader
 from .executor import Executor, imported_modules, required_modules
 from .extract import extract_code
 from .outcome import Outcome, classify
 from .prompts import build_prompt, completion_prefix, task_intent
+from .settings import BigCodeBenchSettings
 
 if TYPE_CHECKING:
     from memrl.llm.client import EpisodeLLM
 
-AGENTS = ("react", "canonical")
-SPLITS = ("instruct", "complete")
-SUBSETS = ("full", "hard")
-PARTS = ("train", "validation", "all")
 _OBS_CHARS = 1200
 
 
-class BigCodeBenchEnv:
+class CodePolicy(Policy):
+    """A BigCodeBench agent: one reply holding the solution."""
+
+    def reply(self, problem: loader.BCBProblem) -> str:
+        raise NotImplementedError
+
+
+class ReactPolicy(CodePolicy):
+    """An LLM writes the code (the env's prompt with the injected memories)."""
+
+    def reply(self, problem: loader.BCBProblem) -> str:
+        prompt = build_prompt(problem, self.s.split, self.memories)
+        return self.llm.complete(prompt, purpose="code", max_tokens=self.s.max_tokens)
+
+
+class CanonicalPolicy(CodePolicy):
+    """The task's own solution, through the same extraction and checker as a model's code:
+    a check of the executor and the installed libraries (no LLM)."""
+
+    needs_llm = False
+    reads_memories = False
+
+    def reply(self, problem: loader.BCBProblem) -> str:
+        return problem.complete_prompt + "\n" + problem.canonical_solution
+
+
+class BigCodeBenchEnv(Env):
     """BigCodeBench (v0.1.4; full or hard) behind the project's Env seam.
 
-    Args:
-        data_path: a local JSONL in the hub's schema; None loads the hub dataset via `datasets`.
-        version: the hub split (dataset version), "v0.1.4".
-        split: "instruct" (natural-language task) or "complete" (function header + docstring).
-        subset: "full" (1,140 tasks) or "hard" (148).
-        part: "train" | "validation" (the seeded 7:3 division, kept in a split file) | "all".
-        split_seed, train_ratio, split_file: the division; the file is read when it exists and
-            written otherwise (default: under cache_dir, named by subset, task ids and seed).
-        max_tasks, task_ids: keep these tasks / the first N (numeric task order).
-        agent: "react" (an LLM writes the code) or "canonical" (the task's own solution goes
-            through the same extraction and checker: a check of the executor and the libraries).
-        max_tokens: tokens of the code reply.
-        time_limit_s, memory_mb, nproc: the checker's per-task time limit (the benchmark's
-            240 s) and the sandbox's address-space and process limits.
-        calibrated: put the code prompt (imports + header) in front of the solution, as
-            bigcodebench's calibrated evaluation does.
-        max_parallel: sandboxes at once across threads (default: CPU count).
-        max_steps: accepted for the shared debug presets; an episode is one attempt.
+    Settings (``BigCodeBenchSettings``, the `env=bigcodebench` group): data_path (a local
+    JSONL in the hub's schema; null loads the hub dataset via `datasets`), version (the hub
+    split), split (instruct | complete), subset (full: 1,140 tasks | hard: 148), part (train |
+    validation, the seeded 7:3 division kept in a split file, | all; a transfer run's
+    eval_split replaces `part`), split_seed / train_ratio / split_file, max_tasks / task_ids
+    (numeric task order), max_tokens (of the code reply), time_limit_s / memory_mb / nproc
+    (the checker's per-task limit, each process's address space, the pids cgroup),
+    sandbox_memory_mb / disk_mb / tmp_mb (caps on one whole sandbox: its memory cgroup with its
+    tmpfs folders, its work folder, each of /tmp and /dev/shm), calibrated (the code prompt in front of
+    the solution, as bigcodebench's calibrated evaluation), max_parallel (sandboxes at once;
+    default the CPU count; lowered at start to what fits the machine at the caps, see
+    `sandbox_facts()`), cache_dir.
+    Agents: "react" (an LLM writes the code) or "canonical" (the task's own solution).
+    `executor`: another checker (tests).
     """
 
     name = "bigcodebench"
+    Settings = BigCodeBenchSettings
+    POLICIES = {"react": ReactPolicy, "canonical": CanonicalPolicy}
 
-    def __init__(self, data_path: str | os.PathLike[str] | None = None, version: str = "v0.1.4",
-                 split: str = "instruct", subset: str = "hard", part: str = "train",
-                 split_seed: int = 42, train_ratio: float = 0.7,
-                 split_file: str | os.PathLike[str] | None = None, max_tasks: int | None = None,
-                 task_ids: Iterable[str] | None = None, max_steps: int = 1, max_tokens: int = 1280,
-                 time_limit_s: float = 240.0, memory_mb: int = 4096, nproc: int = 256,
-                 calibrated: bool = True, max_parallel: int | None = None,
-                 cache_dir: str | os.PathLike[str] | None = None, agent: str = "react",
+    def __init__(self, settings: BigCodeBenchSettings, *, agent: str,
                  executor: Executor | None = None) -> None:
-        for value, allowed, what in ((agent, AGENTS, "agent"), (split, SPLITS, "split"),
-                                     (subset, SUBSETS, "subset"), (part, PARTS, "part")):
-            if value not in allowed:
-                raise ValueError(f"unknown BigCodeBench {what} {value!r}; expected one of {allowed}")
-        if max_tasks is not None and max_tasks < 1:
-            raise ValueError("max_tasks must be >= 1")
-        if not 0.0 < train_ratio < 1.0:
-            raise ValueError("train_ratio must be in (0, 1)")
-        self.data_path = str(Path(data_path).expanduser()) if data_path is not None else None
-        self.version, self.split, self.subset, self.part = version, split, subset, part
-        self.split_seed, self.train_ratio = int(split_seed), float(train_ratio)
-        self.split_file = Path(split_file).expanduser() if split_file is not None else None
-        self.max_tasks = max_tasks
-        self.task_ids = list(task_ids) if task_ids is not None else None
-        self.agent = agent
-        self.max_tokens = int(max_tokens)
-        self.calibrated = calibrated
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
-        self.executor = executor or Executor(time_limit_s=time_limit_s, memory_mb=memory_mb,
-                                             nproc=nproc, cache_dir=self.cache_dir,
-                                             max_parallel=max_parallel)
+        super().__init__(settings, agent=agent)
+        self.cache_dir = Path(settings.cache_dir).expanduser() if settings.cache_dir is not None else None
+        try:
+            self.executor = executor or Executor(
+                time_limit_s=settings.time_limit_s, memory_mb=settings.memory_mb, nproc=settings.nproc,
+                cache_dir=self.cache_dir, max_parallel=settings.max_parallel,
+                sandbox_memory_mb=settings.sandbox_memory_mb, disk_mb=settings.disk_mb,
+                tmp_mb=settings.tmp_mb)
+        except SandboxFitError as exc:
+            raise ConfigError(f"env.max_parallel / sandbox caps: {exc}") from exc
         # how many episodes may usefully run at once (one sandbox each); a runner without an
-        # LLM to size its thread pool by can read it
-        self.parallel_episodes = max_parallel or os.cpu_count() or 1
+        # LLM to size its thread pool by reads it
+        self.parallel_episodes = (getattr(self.executor, "parallel", None) or settings.max_parallel
+                                  or os.cpu_count() or 1)
         self.skipped_rows: list[str] = []
         self.split_path: Path | None = None
         self._problems: dict[str, loader.BCBProblem] = {}
-        self._tasks: list[Task] | None = None
-        self._lock = threading.Lock()
 
     # -- tasks -----------------------------------------------------------------------
-    def tasks(self) -> list[Task]:
-        with self._lock:
-            if self._tasks is None:
-                self._tasks = self._list_tasks()
-            return list(self._tasks)
-
     def _list_tasks(self) -> list[Task]:
-        report = loader.load_problems(self.data_path, self.subset, self.version)
+        s = self.s
+        data_path = str(Path(s.data_path).expanduser()) if s.data_path is not None else None
+        report = loader.load_problems(data_path, s.subset, s.version)
         self.skipped_rows = list(report.skipped)
         problems = {p.task_id: p for p in report.problems}
         ids = sorted(problems, key=loader.task_sort_key)
-        if self.part != "all":
-            self.split_path = self.split_file or loader.default_split_path(
-                self._cache_base(), self.subset, ids, self.split_seed, self.train_ratio)
-            division = loader.load_or_create_division(self.split_path, ids, self.split_seed,
-                                                      self.train_ratio)
-            keep = division.part(self.part)
+        if s.part != "all":
+            self.split_path = Path(s.split_file).expanduser() if s.split_file is not None else \
+                loader.default_split_path(self._cache_base(), s.subset, ids, s.split_seed, s.train_ratio)
+            division = loader.load_or_create_division(self.split_path, ids, s.split_seed, s.train_ratio)
+            keep = division.part(s.part)
             ids = [t for t in ids if t in keep]
-        if self.task_ids is not None:
-            missing = [t for t in self.task_ids if t not in ids]
+        if s.task_ids is not None:
+            missing = [t for t in s.task_ids if t not in ids]
             if missing:
-                raise ValueError(f"unknown task ids for BigCodeBench part {self.part!r} "
+                raise ValueError(f"unknown task ids for BigCodeBench part {s.part!r} "
                                  f"({report.source}): {missing[:5]}")
-            wanted = set(self.task_ids)
+            wanted = set(s.task_ids)
             ids = [t for t in ids if t in wanted]
-        if self.max_tasks is not None:
-            ids = ids[:self.max_tasks]
+        if s.max_tasks is not None:
+            ids = ids[:s.max_tasks]
         if not ids:
-            raise ValueError(f"no BigCodeBench tasks left in part {self.part!r} of {report.source}")
+            raise ValueError(f"no BigCodeBench tasks left in part {s.part!r} of {report.source}")
         self._problems = {t: problems[t] for t in ids}
         return [self._task(problems[t]) for t in ids]
 
     def _task(self, p: loader.BCBProblem) -> Task:
-        return Task(task_id=p.task_id, intent=task_intent(p, self.split),
-                    payload={"split": self.split, "subset": self.subset, "part": self.part,
+        return Task(task_id=p.task_id, intent=task_intent(p, self.s.split),
+                    payload={"split": self.s.split, "subset": self.s.subset, "part": self.s.part,
                              "entry_point": p.entry_point, "libs": list(p.libs),
                              "content_hash": p.content_hash})
 
     def _cache_base(self) -> Path:
         if self.cache_dir is not None:
             return self.cache_dir
-        from memrl.llm.cache import default_cache_dir
+        from memrl.cache import default_cache_dir
 
         return Path(default_cache_dir())
 
@@ -150,22 +148,16 @@ class BigCodeBenchEnv:
     def solve(self, task: Task, memories: Sequence[RetrievedMemory], llm: "EpisodeLLM | None",
               seed: int) -> EpisodeResult:
         problem = self.problem(task.task_id)
-        info = {"agent": self.agent, "split": self.split, "subset": self.subset,
-                "libs": list(problem.libs),
-                "memories_injected": 0 if self.agent == "canonical" else len(memories)}
-        if self.agent == "canonical":
-            reply = problem.complete_prompt + "\n" + problem.canonical_solution
-        else:
-            if llm is None:
-                raise ValueError("the BigCodeBench react agent needs an LLM")
-            prompt = build_prompt(problem, self.split, memories)
-            try:
-                reply = llm.complete(prompt, purpose="code", max_tokens=self.max_tokens)
-            except LLMError as exc:
-                info.update(outcome="llm_error", reason=str(exc)[:300])
-                return EpisodeResult(success=False, reward=0.0, steps=0, errors=[f"LLMError: {exc}"],
-                                     info=info)
-        extracted = extract_code(reply, problem.entry_point, completion_prefix(problem, self.split))
+        policy = self.new_policy(llm, memories)
+        info = {"agent": self.agent, "split": self.s.split, "subset": self.s.subset,
+                "libs": list(problem.libs), "memories_injected": len(policy.memories)}
+        try:
+            reply = policy.reply(problem)
+        except LLMError as exc:
+            info.update(reason=str(exc)[:300])
+            return EpisodeResult(success=False, reward=0.0, steps=0, errors=[f"LLMError: {exc}"],
+                                 info=info, outcome="llm_error", outcome_detail="llm_error")
+        extracted = extract_code(reply, problem.entry_point, completion_prefix(problem, self.s.split))
         info["code_source"] = extracted.source
         info["reply_chars"] = len(reply or "")
         errors: list[str] = []
@@ -175,18 +167,17 @@ class BigCodeBenchEnv:
             outcome = self._run(problem, extracted.code, info)
         if outcome.kind == "env_error":
             errors.append(f"env_error: {outcome.reason}")
-        info.update(outcome=outcome.kind, reason=outcome.reason, failed_tests=outcome.failed_tests[:20],
-                    missing_libs=outcome.missing)
+        info.update(reason=outcome.reason, failed_tests=outcome.failed_tests[:20], missing_libs=outcome.missing)
         action = extracted.code if extracted.code else (reply or "").strip()
         observation = f"Outcome: {outcome.kind} - {outcome.reason}"[:_OBS_CHARS]
         return EpisodeResult(success=outcome.success, reward=1.0 if outcome.success else 0.0, steps=1,
                              transcript=[Step(action=action, observation=observation)],
-                             errors=errors, info=info)
+                             errors=errors, info=info, outcome=outcome.shared, outcome_detail=outcome.kind)
 
     def program(self, problem: loader.BCBProblem, code: str) -> str:
         """What is executed: with calibration, the code prompt and a `pass` body first (so the
         imports the task header names exist), as bigcodebench's calibrated evaluation does."""
-        if not self.calibrated:
+        if not self.s.calibrated:
             return code
         return problem.code_prompt + "\n    pass\n" + code
 
@@ -199,6 +190,11 @@ class BigCodeBenchEnv:
             return Outcome("env_error", f"no sandbox: {exc}"[:300])
         info["exec_s"] = check.wall_s
         return classify(check, self.executor.time_limit_s, imported_modules(code))
+
+    def sandbox_facts(self) -> dict:
+        """The sandboxes' mode, caps (enforced and missing), parallelism: for the run card."""
+        facts = getattr(self.executor, "facts", None)
+        return facts() if facts is not None else {"mode": f"a stand-in executor ({type(self.executor).__name__})"}
 
     def close(self) -> None:
         """Nothing persistent to release (each check's sandbox is gone when it returns)."""

@@ -5,9 +5,14 @@ Why the benchmark's checker rather than a runner of our own: the pass/fail/timeo
 (code and tests in one module, `TestCases` loaded and run under a time limit, any failure or
 error fails the task, its memory limits, its patched kill/exec functions) are then exactly the
 benchmark's. Its checker is no security boundary (its docstring says so), so all of it runs
-under `memrl_envs.sandbox.run_isolated`: read-only host, a private /tmp, one fresh writable
-work folder, an empty environment, no network, its own uid, resource limits, and every
-process killed at the end (the checker's helper processes can outlive a timeout).
+under `memrl_envs.sandbox.run_isolated` in its host-root mode: only the interpreter, its
+libraries, /usr, /lib and a minimal /etc visible (read-only), kernel interfaces masked, a
+private /tmp, a fresh work folder on a capped tmpfs (seeded with the runner and the font
+cache), an empty environment, no network, its own uid, a memory and a pids cgroup for the
+whole sandbox, per-process limits, and every process killed at the end (the checker's helper
+processes can outlive a timeout). At start the executor checks that `max_parallel` sandboxes
+at their caps fit the machine (`memrl_envs.sandbox.fit`), lowers the parallelism otherwise,
+and says which caps this machine cannot enforce (`facts()`, for the run card and the log).
 
 Each check costs ~1 s of start-up (interpreter, numpy, matplotlib with a font cache that is
 built once on the host and copied in) on top of the task's own tests.
@@ -29,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from memrl_envs.sandbox import Limits, run_isolated
+from memrl_envs.sandbox import (Limits, SandboxResult, caps_report, log_sandbox_facts, plan_parallel,
+                                run_isolated)
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +46,8 @@ MAX_TMPDIR_CHARS = 60
 # Variables passed into the sandbox from the host when set (CPU quirks of OpenBLAS builds,
 # nltk data that was installed on the host).
 PASS_THROUGH = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "NLTK_DATA")
+PATH_VARS = ("NLTK_DATA",)  # of those, folders the sandbox is shown (read-only)
+SEED_MB = 16  # host disk per sandbox: its seed folder (the runner and the font cache)
 
 
 @dataclass
@@ -119,16 +127,21 @@ class FontCache:
 
 
 class Executor:
-    """Checks solutions in sandboxes, at most `max_parallel` at once (thread-safe). Each check
-    gets a fresh work folder under `work_root` (default: the system's temp folder), removed
-    when the check returns. The sandbox is killed `slack_s` after the test time limit (start-up,
-    imports and the checker's own grace second need a few of them)."""
+    """Checks solutions in sandboxes, at most `parallel` at once (thread-safe): `max_parallel`
+    (default: the CPU count), lowered to what fits the machine at the caps. Each check gets a
+    fresh seed folder under `work_root` (default: the system's temp folder), removed when the
+    check returns; the sandbox works on a tmpfs copy of it of `disk_mb`. The sandbox is killed
+    `slack_s` after the test time limit (start-up, imports and the checker's own grace second
+    need a few of them). Caps: `memory_mb` per process (the benchmark's address-space limit),
+    `sandbox_memory_mb` for the whole sandbox (its tmpfs folders included), `nproc` processes
+    and threads, `tmp_mb` for each of /tmp and /dev/shm."""
 
     def __init__(self, *, time_limit_s: float = 240.0, memory_mb: int = 4096, nproc: int = 256,
                  file_mb: int = 256, cache_dir: str | os.PathLike[str] | None = None,
                  max_parallel: int | None = None,
                  work_root: str | os.PathLike[str] | None = None,
-                 slack_s: float = STARTUP_SLACK_S) -> None:
+                 slack_s: float = STARTUP_SLACK_S, sandbox_memory_mb: int | None = 4096,
+                 disk_mb: int | None = 1024, tmp_mb: int | None = 256) -> None:
         self.work_root = str(work_root) if work_root is not None else None
         self.time_limit_s = float(time_limit_s)
         self.memory_mb = int(memory_mb)
@@ -137,10 +150,27 @@ class Executor:
         # tensorflow) may use cores x wall seconds legitimately; the wall limit is the guard
         cpu_s = int(wall_s * (os.cpu_count() or 1)) + 10
         self.limits = Limits(wall_s=wall_s, cpu_s=cpu_s, memory_mb=self.memory_mb,
-                             nproc=nproc, file_mb=file_mb, output_bytes=400_000)
+                             nproc=nproc, file_mb=file_mb, output_bytes=400_000, tmp_mb=tmp_mb,
+                             sandbox_memory_mb=sandbox_memory_mb, disk_mb=disk_mb)
         base = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
         self.fonts = FontCache(base / "bigcodebench" / _mpl_tag())
-        self._slots = threading.BoundedSemaphore(max_parallel or os.cpu_count() or 1)
+        self.caps = caps_report(self.limits)
+        capped = "memory" in self.caps["enforced"]
+        each = sandbox_memory_mb if capped and sandbox_memory_mb else self.memory_mb + self.limits.tmpfs_mb()
+        # raises SandboxFitError when not one sandbox fits
+        self.plan = plan_parallel(max_parallel or os.cpu_count() or 1, memory_mb_each=int(each),
+                                  disk_mb_each=SEED_MB if disk_mb is not None else int(file_mb),
+                                  disk_path=self.work_root or tempfile.gettempdir(),
+                                  memory_capped=capped, what="BigCodeBench sandboxes")
+        self.parallel = self.plan.granted
+        self._slots = threading.BoundedSemaphore(self.parallel)
+        log_sandbox_facts(log, "BigCodeBench sandbox", self.caps, self.plan)
+
+    def facts(self) -> dict:
+        """What the run card records about the sandboxes: mode, caps (enforced and missing),
+        per-process limits, masked kernel interfaces, the parallelism and why."""
+        return {"mode": "host-root (bubblewrap; allow-list of the host, read-only)", **self.caps,
+                "parallel": self.plan.facts()}
 
     def _env(self, work: Path) -> dict[str, str]:
         # multiprocessing (the checker's Manager) puts unix sockets under TMPDIR, and their
@@ -163,6 +193,18 @@ class Executor:
             shutil.copy2(f, work / ".mpl" / f.name)
         shutil.copy2(RUNNER, work / RUNNER.name)
 
+    def run(self, argv: list[str], stdin: bytes | None = None) -> SandboxResult:
+        """One sandboxed run as a check makes it (a slot, a fresh seeded work folder, this
+        executor's caps and environment): `argv` starts in the work folder."""
+        with self._slots:
+            work = Path(tempfile.mkdtemp(prefix="memrl-bcb-", dir=self.work_root))
+            try:
+                self._prepare(work)
+                return run_isolated(argv, workdir=work, limits=self.limits, env=self._env(work),
+                                    ro_binds=_data_binds(), stdin=stdin)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+
     def check(self, code: str, test: str, entry_point: str, modules: Iterable[str] = ()) -> CheckResult:
         """Run `test` against `code` (one program, as bigcodebench does). Raises
         `memrl_envs.sandbox.SandboxError` only if no sandbox can be created here."""
@@ -171,15 +213,7 @@ class Executor:
                    "time_limit_s": self.time_limit_s, "max_as_mb": self.memory_mb,
                    "max_data_mb": self.memory_mb, "max_stack_mb": STACK_MB,
                    "modules": list(modules), "marker": marker}
-        with self._slots:
-            work = Path(tempfile.mkdtemp(prefix="memrl-bcb-", dir=self.work_root))
-            try:
-                self._prepare(work)
-                run = run_isolated([sys.executable, "-I", RUNNER.name], workdir=work,
-                                   limits=self.limits, env=self._env(work),
-                                   stdin=json.dumps(request).encode())
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
+        run = self.run([sys.executable, "-I", RUNNER.name], stdin=json.dumps(request).encode())
         return parse_output(run.stdout, marker, timed_out=run.timed_out,
                             returncode=run.returncode, stderr=run.stderr, wall_s=run.wall_s)
 
@@ -212,8 +246,12 @@ def parse_output(stdout: str, marker: str, *, timed_out: bool, returncode: int |
                        error=str(payload.get("error", "")), **common)
 
 
+def _data_binds() -> list[str]:
+    return [os.environ[k] for k in PATH_VARS if os.environ.get(k) and os.path.isdir(os.environ[k])]
+
+
 def _default_cache_dir() -> Path:
-    from memrl.llm.cache import default_cache_dir
+    from memrl.cache import default_cache_dir
 
     return Path(default_cache_dir())
 

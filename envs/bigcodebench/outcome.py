@@ -1,4 +1,5 @@
 """Outcome classes of one BigCodeBench episode, and how a sandboxed check maps to them.
+Each class is the episode's `outcome_detail`; `SHARED` maps it to the shared outcome.
 
   pass          every test passed (reward 1)
   fail          a test failed or errored, the code crashed, or it killed its own checker
@@ -23,6 +24,8 @@ from typing import Iterable, Sequence
 from .executor import CheckResult
 
 OUTCOMES = ("pass", "fail", "timeout", "syntax_error", "env_error", "llm_error")
+SHARED = {"pass": "success", "fail": "failure", "timeout": "timeout", "syntax_error": "failure",
+          "env_error": "env_error", "llm_error": "llm_error"}
 _NLTK_MISSING = re.compile(r"Resource\s+['\"]?([\w/.-]+?)['\"]?\s+not found")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NO_MODULE = re.compile(r"(?:No module named|Missing optional dependency) '([\w.]+)'")
@@ -44,6 +47,11 @@ class Outcome:
     @property
     def success(self) -> bool:
         return self.kind == "pass"
+
+    @property
+    def shared(self) -> str:
+        """The episode's outcome in the vocabulary every env shares."""
+        return SHARED[self.kind]
 
 
 def _last_line(trace: str) -> str:

@@ -5,17 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from memrl.result_keys import data_location, no_effect
+from memrl_envs.base import EnvSettings
 
 
-class BigCodeBenchSettings(BaseModel):
+class BigCodeBenchSettings(EnvSettings):
     """What `env=bigcodebench` accepts; every problem names its field."""
 
-    model_config = ConfigDict(extra="forbid")
+    # `split` is instruct|complete: a transfer run's eval_split replaces the train/validation part
+    EVAL_SPLIT_FIELD = "part"
 
     name: str = "bigcodebench"
     # where the tasks come from: a local JSONL in the hub's schema, or (null) the hub
-    data_path: str | None = Field(None, description="local JSONL; null = the Hugging Face hub")
+    data_path: str | None = data_location(None, description="local JSONL; null = the Hugging Face hub")
     version: str = Field("v0.1.4", description="hub split name (the dataset version)")
     split: Literal["instruct", "complete"] = "instruct"
     subset: Literal["full", "hard"] = "hard"
@@ -23,18 +27,22 @@ class BigCodeBenchSettings(BaseModel):
     part: Literal["train", "validation", "all"] = "train"
     split_seed: int = Field(42, ge=0)
     train_ratio: float = Field(0.7, gt=0.0, lt=1.0)
-    split_file: str | None = Field(None, description="JSON split file; null = one in cache_dir")
-    max_tasks: int | None = Field(None, ge=1)
-    task_ids: list[str] | None = None
+    split_file: str | None = data_location(None, description="JSON split file; null = one in cache_dir")
     max_steps: int = Field(1, ge=1, description="accepted for debug presets; an episode is one attempt")
     max_tokens: int = Field(1280, ge=1, description="tokens of the code reply (bigcodebench's default)")
     # execution (bigcodebench's checker inside the sandbox)
     time_limit_s: float = Field(240.0, gt=0, description="per-task test time (the benchmark's 240 s)")
-    memory_mb: int = Field(4096, ge=256, description="address-space limit of the sandbox")
-    nproc: int = Field(256, ge=8, description="processes+threads the sandbox may hold")
+    memory_mb: int = Field(4096, ge=256, description="address-space limit of each process in the sandbox")
+    nproc: int = Field(256, ge=8, description="processes+threads the sandbox may hold (its pids cgroup)")
+    sandbox_memory_mb: int | None = Field(4096, ge=256, description="memory cgroup of one whole sandbox "
+                                          "(its tmpfs folders count); null = no cap")
+    disk_mb: int | None = Field(1024, ge=16, description="the sandbox's work folder (tmpfs); "
+                                "null = a host folder, uncapped")
+    tmp_mb: int | None = Field(256, ge=16, description="size of each of the sandbox's /tmp and /dev/shm (tmpfs)")
     calibrated: bool = Field(True, description="prepend the code prompt, as bigcodebench's calibrated eval")
-    max_parallel: int | None = Field(None, ge=1, description="sandboxes at once; null = CPU count")
-    cache_dir: str | None = None
+    max_parallel: int | None = no_effect(None, ge=1, description="sandboxes at once; null = CPU count; "
+                                         "lowered at start to what fits the machine at the caps")
+    cache_dir: str | None = no_effect(None)
 
     @model_validator(mode="after")
     def _check(self) -> "BigCodeBenchSettings":
@@ -44,6 +52,8 @@ class BigCodeBenchSettings(BaseModel):
             path = Path(self.split_file).expanduser()
             if path.exists() and not path.is_file():
                 raise ValueError(f"split_file: {self.split_file} is not a file")
-        if self.task_ids is not None and not self.task_ids:
-            raise ValueError("task_ids: an empty list selects no task (use null for all)")
+        tmpfs = (self.disk_mb or 0) + 2 * (self.tmp_mb or 0)
+        if self.sandbox_memory_mb is not None and self.sandbox_memory_mb <= tmpfs:
+            raise ValueError(f"sandbox_memory_mb ({self.sandbox_memory_mb}) must exceed disk_mb + 2 x tmp_mb "
+                             f"({tmpfs}): the sandbox's tmpfs folders are held in memory and count against it")
         return self

@@ -3,6 +3,4 @@
 from .adapter import HLEEnv
 from .settings import HLESettings
 
-HLEEnv.Settings = HLESettings  # the schema `memrl.config.validate` checks env=hle with
-
-__all__ = ["HLEEnv"]
+__all__ = ["HLEEnv", "HLESettings"]

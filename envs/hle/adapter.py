@@ -4,36 +4,75 @@ separate judge model.
 Agents: "react" (the default LLM agent name; on HLE it answers in one call) and "gold" (an
 oracle that replies with the reference answer, no solver model: it checks the judge path).
 
-Each episode's `info["outcome"]` is one of:
-  correct / incorrect   the judge's verdict (success = correct)
-  judge_error           no verdict (judge call failed after retries, or unreadable reply)
-  solver_error          the solver call failed after retries; nothing was judged
-  unsupported_input     an image question for a text-only solver; no call was made
+Each episode's `outcome_detail` is one of (the shared `outcome` in brackets):
+  correct / incorrect   the judge's verdict (success / failure)
+  judge_error           no verdict: judge call failed after retries, or unreadable reply (judge_error)
+  solver_error          the solver call failed after retries; nothing was judged (llm_error)
+  unsupported_input     an image question for a text-only solver; no call was made (env_error)
 Every outcome but correct/incorrect also puts a message in `errors`, so the runner marks
 the episode errored: it counts as unsolved in SR, and memory modules do not learn from it.
 """
 
 from __future__ import annotations
 
-import os
-import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memrl.llm.base import LLMError
 from memrl.llm.client import LLMClient
 from memrl.records import EpisodeResult, RetrievedMemory, Step, Task
+from memrl_envs.base import Env, Policy
 
 from .data import HLEQuestion, LoadResult, Selection, load, select
 from .judge import Judge, JudgeError, Verdict
 from .prompts import build_messages, gold_response, parse_answer, parse_confidence
-from .settings import JudgeSettings
+from .settings import HLESettings, JudgeSettings
 
 if TYPE_CHECKING:
     from memrl.llm.client import EpisodeLLM
 
-AGENTS = ("react", "gold")
-OUTCOMES = ("correct", "incorrect", "judge_error", "solver_error", "unsupported_input")
+# outcome_detail -> the shared outcome
+OUTCOMES = {"correct": "success", "incorrect": "failure", "judge_error": "judge_error",
+            "solver_error": "llm_error", "unsupported_input": "env_error"}
+
+
+class UnsupportedInput(Exception):
+    """The question cannot be put to this solver (an image for a text-only model)."""
+
+
+class AnswerPolicy(Policy):
+    """An HLE agent: one response to the question."""
+
+    def judge_prefix(self, task_id: str) -> str:
+        """Names the judge's calls for this episode (the response cache's sample identity)."""
+        return self.llm.sample_prefix
+
+    def respond(self, q: HLEQuestion) -> str:
+        raise NotImplementedError
+
+
+class ReactPolicy(AnswerPolicy):
+    """The solver model answers in one call (memories in the prompt, clipped)."""
+
+    def respond(self, q: HLEQuestion) -> str:
+        if q.has_image and not self.llm.supports_images:
+            raise UnsupportedInput(f"question {q.id} has an image and the solver model "
+                                   f"{self.llm.model_id} takes text only (no call made)")
+        messages = build_messages(q, self.memories, memory_max_chars=self.s.memory_max_chars)
+        return self.llm.complete(messages, purpose="answer", max_tokens=self.s.max_tokens)
+
+
+class GoldPolicy(AnswerPolicy):
+    """The reference answer in the answer format, no solver model: checks the judge path."""
+
+    needs_llm = False
+    reads_memories = False
+
+    def judge_prefix(self, task_id: str) -> str:
+        return f"gold/{task_id}"
+
+    def respond(self, q: HLEQuestion) -> str:
+        return gold_response(q)
 
 
 def _build_judge(judge: Any) -> Judge:
@@ -48,78 +87,45 @@ def _build_judge(judge: Any) -> Judge:
                  json_mode=settings.json_mode, max_tokens=settings.max_tokens)
 
 
-class HLEEnv:
+class HLEEnv(Env):
     """Humanity's Last Exam behind the project's Env seam (see the module docstring).
 
-    Args:
-        data_path: a local parquet / JSONL / JSON file (or a folder of them) in HLE's schema;
-            None loads `hf_dataset` (`cais/hle`, gated: $HF_TOKEN) from the Hugging Face hub.
-        categories, modality, ratio, subset_size, subset_seed, split, valid_fraction,
-        task_ids, max_tasks: which questions to keep (see `data.select`).
-        judge: the judge section of the config (a mapping / JudgeSettings), or a ready
-            `LLMClient` / `Judge`.
-        max_tokens: the solver's tokens per answer (None: the llm config's max_tokens).
-        memory_max_chars: each injected memory is clipped to this many characters.
-        max_steps: accepted (debug presets set it); an episode is always one answer.
+    Settings (``HLESettings``, the `env=hle` group): data_path (a local parquet / JSONL / JSON
+    file, or a folder of them, in HLE's schema; null loads `hf_dataset`, `cais/hle`, gated:
+    $HF_TOKEN, from the Hugging Face hub); categories, modality, ratio, subset_size,
+    subset_seed, split, valid_fraction, task_ids, max_tasks: which questions to keep (see
+    `data.select`); judge (the judge model's section); max_tokens (the solver's tokens per
+    answer; null: the llm config's); memory_max_chars (each injected memory is clipped).
+    Agents: "react" (the solver model) or "gold" (the reference answer).
+    `judge`: a ready `LLMClient` / `Judge` instead of the one the settings describe (tests).
     """
 
     name = "hle"
+    Settings = HLESettings
+    POLICIES = {"react": ReactPolicy, "gold": GoldPolicy}
 
-    def __init__(
-        self,
-        data_path: str | os.PathLike[str] | None = None,
-        agent: str = "react",
-        judge: Any = None,
-        hf_dataset: str = "cais/hle",
-        hf_split: str = "test",
-        hf_revision: str | None = None,
-        hf_token_env: str = "HF_TOKEN",
-        categories: Sequence[str] | None = None,
-        modality: str = "all",
-        ratio: float | None = None,
-        subset_size: int | None = None,
-        subset_seed: int = 0,
-        split: str = "all",
-        valid_fraction: float = 0.2,
-        max_tasks: int | None = None,
-        task_ids: Iterable[str] | None = None,
-        max_steps: int = 1,
-        max_tokens: int | None = None,
-        memory_max_chars: int = 4000,
-    ) -> None:
-        if agent not in AGENTS:
-            raise ValueError(f"unknown HLE agent {agent!r}; expected one of {AGENTS}")
-        if judge is None:
-            raise ValueError("the HLE env needs a judge (env.judge: backend, model, api_key_env, ...)")
-        self.agent = agent
-        self.data_path = str(data_path) if data_path is not None else None
-        self.source = dict(hf_dataset=hf_dataset, hf_split=hf_split, hf_revision=hf_revision,
-                           hf_token_env=hf_token_env)
+    def __init__(self, settings: HLESettings, *, agent: str, judge: Judge | LLMClient | None = None) -> None:
+        super().__init__(settings, agent=agent)
+        s = settings
+        self.source = dict(hf_dataset=s.hf_dataset, hf_split=s.hf_split, hf_revision=s.hf_revision,
+                           hf_token_env=s.hf_token_env)
         self.selection = Selection(
-            categories=list(categories) if categories else None, modality=modality, ratio=ratio,
-            subset_size=subset_size, seed=subset_seed, split=split, valid_fraction=valid_fraction,
-            task_ids=list(task_ids) if task_ids is not None else None, max_tasks=max_tasks)
-        self.max_steps = int(max_steps)
-        self.max_tokens = max_tokens
-        self.memory_max_chars = int(memory_max_chars)
-        self._owns_judge = not isinstance(judge, (Judge, LLMClient))
-        self.judge = _build_judge(judge)
+            categories=list(s.categories) if s.categories else None, modality=s.modality, ratio=s.ratio,
+            subset_size=s.subset_size, seed=s.subset_seed, split=s.split, valid_fraction=s.valid_fraction,
+            task_ids=list(s.task_ids) if s.task_ids is not None else None, max_tasks=s.max_tasks)
+        self._owns_judge = judge is None
+        self.judge = _build_judge(judge if judge is not None else s.judge)
         self.loaded: LoadResult | None = None
-        self._tasks: list[Task] | None = None
-        self._lock = threading.Lock()
 
     # -- tasks -----------------------------------------------------------------------
-    def tasks(self) -> list[Task]:
-        with self._lock:
-            if self._tasks is None:
-                self.loaded = load(self.data_path, **self.source)
-                chosen = select(self.loaded.questions, self.selection)
-                if not chosen:
-                    raise ValueError(f"no HLE questions left in {self.loaded.source} after the filters "
-                                     f"({len(self.loaded.questions)} loaded, "
-                                     f"{len(self.loaded.skipped)} malformed rows skipped)")
-                self._tasks = [self._task(q) for q in chosen]
-            return list(self._tasks)
+    def _list_tasks(self) -> list[Task]:
+        self.loaded = load(self.s.data_path, **self.source)
+        chosen = select(self.loaded.questions, self.selection)
+        if not chosen:
+            raise ValueError(f"no HLE questions left in {self.loaded.source} after the filters "
+                             f"({len(self.loaded.questions)} loaded, "
+                             f"{len(self.loaded.skipped)} malformed rows skipped)")
+        return [self._task(q) for q in chosen]
 
     @staticmethod
     def _task(q: HLEQuestion) -> Task:
@@ -136,34 +142,20 @@ class HLEEnv:
                            raw_subject=p.get("raw_subject", ""), image=p.get("image", ""))
 
     # -- episodes --------------------------------------------------------------------
-    def solve(
-        self,
-        task: Task,
-        memories: Sequence[RetrievedMemory],
-        llm: "EpisodeLLM | None",
-        seed: int,
-    ) -> EpisodeResult:
+    def solve(self, task: Task, memories: Sequence[RetrievedMemory], llm: "EpisodeLLM | None",
+              seed: int) -> EpisodeResult:
         q = self.question_of(task)
+        policy = self.new_policy(llm, memories)
         info: dict[str, Any] = {"answer_type": q.answer_type, "category": q.category,
                                 "raw_subject": q.raw_subject, "has_image": q.has_image,
-                                "agent": self.agent, "memories_injected": 0}
-        if self.agent == "gold":
-            response = gold_response(q)
-            prefix = f"gold/{task.task_id}"
-        else:
-            if llm is None:
-                raise ValueError("the HLE answering agent needs an LLM")
-            prefix = llm.sample_prefix
-            info["memories_injected"] = len(memories)
-            if q.has_image and not llm.supports_images:
-                msg = (f"unsupported_input: question {q.id} has an image and the solver model "
-                       f"{llm.model_id} takes text only (no call made)")
-                return self._result("unsupported_input", info, errors=[msg])
-            messages = build_messages(q, memories, memory_max_chars=self.memory_max_chars)
-            try:
-                response = llm.complete(messages, purpose="answer", max_tokens=self.max_tokens)
-            except LLMError as exc:
-                return self._result("solver_error", info, errors=[f"solver_error: {exc}"])
+                                "agent": self.agent, "memories_injected": len(policy.memories)}
+        prefix = policy.judge_prefix(task.task_id)
+        try:
+            response = policy.respond(q)
+        except UnsupportedInput as exc:
+            return self._result("unsupported_input", info, errors=[f"unsupported_input: {exc}"])
+        except LLMError as exc:
+            return self._result("solver_error", info, errors=[f"solver_error: {exc}"])
         info["parsed_answer"] = parse_answer(response)
         info["confidence"] = parse_confidence(response)
         if not response.strip():  # nothing to grade: certainly not the reference answer
@@ -195,14 +187,14 @@ class HLEEnv:
                 "cost_usd": m.cost_usd}
 
     @staticmethod
-    def _result(outcome: str, info: dict[str, Any], errors: list[str] | None = None,
+    def _result(detail: str, info: dict[str, Any], errors: list[str] | None = None,
                 response: str | None = None, feedback: str = "") -> EpisodeResult:
-        info["outcome"] = outcome
         transcript = [Step(action=response, observation=feedback)] if response is not None else []
-        success = outcome == "correct"
+        success = detail == "correct"
         return EpisodeResult(success=success, reward=1.0 if success else 0.0,
                              steps=len(transcript), transcript=transcript,
-                             errors=list(errors or []), info=info)
+                             errors=list(errors or []), info=info,
+                             outcome=OUTCOMES[detail], outcome_detail=detail)
 
     def close(self) -> None:
         cache = getattr(self.judge.client, "cache", None)

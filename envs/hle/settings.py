@@ -6,9 +6,11 @@ import importlib.util
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from memrl.config import LLMSettings
+from memrl.result_keys import data_location, no_effect
+from memrl_envs.base import EnvSettings
 
 # Fields of the judge section that go to `memrl.llm.factory.build_client` as they are.
 CLIENT_FIELDS = (
@@ -29,7 +31,7 @@ class JudgeSettings(LLMSettings):
     # the LLM section's fields and checks, with a judge's defaults
     name: str = "judge"
     backend: Literal["litellm", "local", "scripted"] = "litellm"
-    timeout: float = Field(120.0, gt=0)
+    timeout: float = no_effect(120.0, gt=0)
     max_tokens: int = Field(2048, ge=1)
     examples: int | None = Field(None, ge=0, le=2)
     json_mode: bool = True
@@ -51,19 +53,17 @@ class JudgeSettings(LLMSettings):
         return 2 if self.backend == "local" else 0
 
 
-class HLESettings(BaseModel):
+class HLESettings(EnvSettings):
     """Where the questions come from, which of them to keep, and how episodes are graded."""
 
-    model_config = ConfigDict(extra="forbid")
-
     name: str = "hle"
-    data_path: str | None = Field(
+    data_path: str | None = data_location(
         None, description="a local .parquet/.jsonl/.json file (or a folder of them) in HLE's "
         "schema; null = load hf_dataset from the Hugging Face hub")
     hf_dataset: str = "cais/hle"
     hf_split: str = "test"
     hf_revision: str | None = None
-    hf_token_env: str = "HF_TOKEN"
+    hf_token_env: str = no_effect("HF_TOKEN")
     categories: list[str] | None = None
     modality: Literal["all", "text", "image"] = "all"
     ratio: float | None = Field(None, gt=0.0, le=1.0, description="fraction kept per category")
@@ -71,8 +71,6 @@ class HLESettings(BaseModel):
     subset_seed: int = Field(0, ge=0)
     split: Literal["all", "train", "valid"] = "all"
     valid_fraction: float = Field(0.2, gt=0.0, lt=1.0)
-    max_tasks: int | None = Field(None, ge=1)
-    task_ids: list[str] | None = None
     max_steps: int = Field(1, ge=1, description="accepted for debug presets; episodes are one answer")
     max_tokens: int | None = Field(None, ge=1, description="solver tokens; null = the llm's max_tokens")
     memory_max_chars: int = Field(4000, ge=200)

@@ -11,52 +11,49 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import Protocol, Sequence
 
 from memrl.llm.base import LLMError
-from memrl.records import RetrievedMemory, Step
+from memrl.records import Step
+from memrl_envs.base import Policy
 
 from .db_data import DbTask
 from .db_prompts import INVALID_HELP, STOP, Turn, build_prompt, parse_action
 from .db_sandbox import EpisodeDatabase, ExecResult
 from .db_scoring import direct_answer_matches, hash_matches
 
-if TYPE_CHECKING:
-    from memrl.llm.client import EpisodeLLM
-
-# Outcome classes (EpisodeResult.info["outcome"]).
+# Outcome classes (EpisodeResult.outcome_detail).
 CORRECT = "correct"
 WRONG_ANSWER = "wrong_answer"      # SELECT task: a final answer that does not match
 NO_ANSWER = "no_answer"            # SELECT task: no final answer within the turn limit
 TABLE_MISMATCH = "table_mismatch"  # change task: the table's hash differs
 ENV_ERROR = "env_error"            # the database could not be set up / read / cleaned
 LLM_ERROR = "llm_error"            # the model call failed
+# ... and the shared outcome of each (EpisodeResult.outcome)
+SHARED = {CORRECT: "success", WRONG_ANSWER: "failure", NO_ANSWER: "failure",
+          TABLE_MISMATCH: "failure", ENV_ERROR: "env_error", LLM_ERROR: "llm_error"}
 
 
-class Policy(Protocol):
+class Actor(Protocol):
     def reply(self, task: DbTask, history: Sequence[Turn], last: ExecResult | None) -> str:
         """The next reply text (raises LLMError when the model fails)."""
 
 
-@dataclass
-class LLMPolicy:
+class LLMPolicy(Policy):
     """The LLM agent: the plain-text prompt, one completion per turn."""
 
-    llm: "EpisodeLLM"
-    memories: Sequence[RetrievedMemory]
-    max_tokens: int = 256
-    prompt_rows: int | None = None
-    with_example: bool = True
-
     def reply(self, task: DbTask, history: Sequence[Turn], last: ExecResult | None) -> str:
-        prompt = build_prompt(task, self.memories, history, self.prompt_rows, self.with_example)
-        return self.llm.complete(prompt, purpose="act", max_tokens=self.max_tokens, stop=STOP)
+        s = self.s
+        prompt = build_prompt(task, self.memories, history, s.prompt_rows, s.with_example)
+        return self.llm.complete(prompt, purpose="act", max_tokens=s.max_tokens, stop=STOP)
 
 
-@dataclass
-class GoldPolicy:
+class GoldPolicy(Policy):
     """The oracle: the ground-truth SQL as an Operation, then the full (unshortened) output
-    of that statement as the final answer (any answer for a change task)."""
+    of that statement as the final answer (any answer for a change task). No LLM."""
+
+    needs_llm = False
+    reads_memories = False
 
     def reply(self, task: DbTask, history: Sequence[Turn], last: ExecResult | None) -> str:
         if not history:
@@ -96,7 +93,7 @@ def shorten(text: str, max_chars: int) -> str:
     return text[:max_chars] + f" ... [output cut: {len(text)} characters in all]"
 
 
-def play(db: EpisodeDatabase, task: DbTask, policy: Policy, max_steps: int,
+def play(db: EpisodeDatabase, task: DbTask, policy: Actor, max_steps: int,
          observation_max_chars: int) -> EpisodeOutcome:
     """Run the turn loop on a set-up database and judge the result (the caller owns ``db``)."""
     started = time.monotonic()

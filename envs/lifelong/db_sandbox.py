@@ -83,6 +83,15 @@ def split_statements(sql: str) -> list[str]:
     return [s.strip() for s in out if s.strip()]
 
 
+def _close_quietly(conn: Any) -> None:
+    """Close a connection that may be gone already (its server side is dropped anyway)."""
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:
+            pass
+
+
 def format_error(exc: BaseException) -> tuple[str, int | None]:
     args = getattr(exc, "args", ())
     if len(args) >= 2 and isinstance(args[0], int):
@@ -191,12 +200,8 @@ class EpisodeDatabase:
 
     def close(self) -> None:
         """Close the agent's connection, drop the database and the account (idempotent)."""
-        if self._agent is not None:
-            try:
-                self._agent.close()
-            except Exception:
-                pass
-            self._agent = None
+        _close_quietly(self._agent)
+        self._agent = None
         errors = []
         try:
             conn = self._admin_conn()
@@ -210,12 +215,8 @@ class EpisodeDatabase:
         except (SandboxError, pymysql.err.MySQLError) as exc:
             errors.append(str(exc))
         finally:
-            if self._admin is not None:
-                try:
-                    self._admin.close()
-                except Exception:
-                    pass
-                self._admin = None
+            _close_quietly(self._admin)
+            self._admin = None
         if errors:
             raise SandboxError(f"cleaning up {self.name} failed: {'; '.join(errors)}")
 
@@ -306,12 +307,8 @@ class EpisodeDatabase:
         """The benchmark's hash of the task's table as it is now. Ends the agent's session
         first (its locks and any open transaction go with it). None when the table is empty,
         or was dropped or reshaped by the agent (so it cannot match)."""
-        if self._agent is not None:
-            try:
-                self._agent.close()
-            except Exception:
-                pass
-            self._agent = None
+        _close_quietly(self._agent)
+        self._agent = None
         task = self.task
         sql = table_hash_sql(task.table, [c.name for c in task.columns])
         try:

@@ -9,9 +9,11 @@ Three ways to use it:
 * pytest: a session fixture does the same (see ``tests/test_lifelong_db*.py``);
 * command line, for ``make db-up`` / ``make db-down``::
 
-      python -m memrl_envs.lifelong.db_server up     --dir runs/.cache/mariadb [--port 3307]
-      python -m memrl_envs.lifelong.db_server status --dir runs/.cache/mariadb
-      python -m memrl_envs.lifelong.db_server down   --dir runs/.cache/mariadb
+      python -m memrl_envs.lifelong.db_server up     [--dir DIR] [--port 3307]
+      python -m memrl_envs.lifelong.db_server status [--dir DIR]
+      python -m memrl_envs.lifelong.db_server down   [--dir DIR]
+
+  (DIR: $MEMRL_DB_DIR, else <cache folder>/mariadb, as `env.server_dir`; memrl/cache.py)
 
 ``up`` on a directory whose server is already running reuses it (it prints the same address),
 so any number of runs can share one server; every episode works in its own database under its
@@ -425,10 +427,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memrl_envs.lifelong.db_server",
                                      description="Start, stop or inspect the project's private MariaDB server.")
     parser.add_argument("action", choices=["up", "down", "status"])
-    parser.add_argument("--dir", required=True, help="the server's folder (data, socket, log)")
+    parser.add_argument("--dir", default=None, help="the server's folder (data, socket, log); default "
+                        "$MEMRL_DB_DIR, else <cache folder>/mariadb")
     parser.add_argument("--port", type=int, default=None, help="also listen on 127.0.0.1:PORT")
     args = parser.parse_args(argv)
-    server = MariaDBServer(args.dir, port=args.port)
+    from memrl.cache import db_dir
+
+    server = MariaDBServer(args.dir or db_dir(), port=args.port)
     try:
         if args.action == "up":
             address = server.acquire("cli")

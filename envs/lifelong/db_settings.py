@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from memrl.result_keys import no_effect
+
 from .task_settings import LifelongTaskSettings
 
 
@@ -18,12 +20,13 @@ class LifelongDbSettings(LifelongTaskSettings):
     name: str = "lifelong_db"
     # the server
     server: Literal["managed", "external"] = "managed"
-    server_dir: str | None = None
-    host: str = "127.0.0.1"
-    port: int | None = Field(None, ge=1, le=65535)
-    socket: str | None = None
-    user: str = "root"
-    password_env: str | None = None
+    # where the server is and its data lives (each episode creates its own database)
+    server_dir: str | None = no_effect(None)
+    host: str = no_effect("127.0.0.1")
+    port: int | None = no_effect(None, ge=1, le=65535)
+    socket: str | None = no_effect(None)
+    user: str = no_effect("root")
+    password_env: str | None = no_effect(None)
     episode_user_host: str = "%"
     mysql8_compat: bool = Field(True, description="on MariaDB, give MySQL 8's results (GROUP BY order, DELETE alias)")
     # the episode
@@ -34,7 +37,6 @@ class LifelongDbSettings(LifelongTaskSettings):
     prompt_rows: int | None = Field(None, ge=0, description="table rows shown in the prompt; null = all")
     with_example: bool = True
     max_tokens: int = Field(256, ge=1, description="tokens per action reply")
-    cache_dir: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "LifelongDbSettings":

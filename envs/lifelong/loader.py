@@ -43,9 +43,12 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from memrl.records import write_json_atomic
+from memrl.records import EpisodeResult, RetrievedMemory, Task, write_json_atomic
+
+if TYPE_CHECKING:
+    from memrl.llm.client import EpisodeLLM
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +218,9 @@ def default_split_path(source: str | os.PathLike[str], cache_dir: str | os.PathL
                        val_fraction: float, seed: int) -> Path:
     """Where a split file lives unless the config names one: the cache folder, named after
     the data file, the fraction and the seed."""
-    base = Path(cache_dir) if cache_dir else Path(os.environ.get("MEMRL_CACHE_DIR", "~/.cache/memrl"))
+    from memrl.cache import default_cache_dir
+
+    base = Path(cache_dir) if cache_dir else default_cache_dir()
     stem = Path(str(source).replace(HUB_PREFIX, "hf_").replace("/", "_")).stem
     return base.expanduser() / "lifelong_splits" / f"{stem}.val{val_fraction:g}.seed{seed}.json"
 
@@ -273,29 +278,51 @@ def select(keys: Sequence[str], task_ids: Sequence[str] | None = None, max_tasks
     return chosen
 
 
+def env_error_result(errors: list[str], info: dict[str, Any]) -> EpisodeResult:
+    """The result of an episode whose system could not be set up or broke down."""
+    return EpisodeResult(success=False, reward=0.0, steps=0, errors=errors, info=info,
+                         outcome="env_error", outcome_detail="env_error")
+
+
 class TaskListing:
-    """Loading, splitting, filtering and looking up an env's tasks; shared by the OS and DB
-    envs. The env sets, in `__init__`: data_path, hub_split, split, split_file, val_fraction,
-    split_seed, cache_dir, task_ids, max_tasks, skipped, fingerprint, _tasks (None) and _lock;
-    and, on the class: TASK_PREFIX, LABEL, LITERAL_FIELDS, `check_row` and `make_task(key, row)`."""
+    """Loading, splitting, filtering and looking up an env's tasks, and playing one with the
+    configured policy; shared by the OS and DB envs (before `Env` in their bases). The env
+    keeps its settings (a ``LifelongTaskSettings``) as ``s`` and sets, in `__init__`:
+    skipped, fingerprint, _tasks (None) and _lock; and, on the class: TASK_PREFIX, LABEL,
+    LITERAL_FIELDS, `check_row`, `make_task(key, row)` and `run_episode(task, policy, injected)`."""
 
     TASK_PREFIX: str
     LABEL: str
     LITERAL_FIELDS: Sequence[str]
 
+    def _list_tasks(self) -> list[Task]:
+        return [Task(task_id=make_task_id(self.TASK_PREFIX, key), intent=t.instruction,
+                     payload={"key": key, **self._payload(t)})
+                for key, t in self._load().items()]
+
+    def _payload(self, task: Any) -> dict[str, Any]:
+        """What a task's `payload` carries besides its key."""
+        return {"skills": list(task.skills)}
+
+    def solve(self, task: Task, memories: Sequence[RetrievedMemory], llm: "EpisodeLLM | None",
+              seed: int) -> EpisodeResult:
+        policy = self.new_policy(llm, memories)
+        return self.run_episode(self.task(task.task_id), policy, injected=len(policy.memories))
+
     def _load(self) -> dict[str, Any]:
         with self._lock:
             if self._tasks is None:
-                loaded = load_samples(self.data_path, literal_fields=self.LITERAL_FIELDS,
-                                      validate=self.check_row, hub_split=self.hub_split)
+                s = self.s
+                loaded = load_samples(s.data_path, literal_fields=self.LITERAL_FIELDS,
+                                      validate=self.check_row, hub_split=s.hub_split)
                 self.skipped, self.fingerprint = loaded.skipped, loaded.fingerprint
-                keys = resolve_split(loaded.keys, self.split, self.split_file, self.val_fraction,
-                                     self.split_seed, source=self.data_path, cache_dir=self.cache_dir)
-                keys = select(keys, self.task_ids, self.max_tasks,
+                keys = resolve_split(loaded.keys, s.split, s.split_file, s.val_fraction,
+                                     s.split_seed, source=s.data_path, cache_dir=s.cache_dir)
+                keys = select(keys, s.task_ids, s.max_tasks,
                               id_of=lambda k: make_task_id(self.TASK_PREFIX, k))
-                if not keys and self.max_tasks != 0:
-                    raise ValueError(f"no {self.LABEL} tasks in {self.data_path} "
-                                     f"(split {self.split!r}, after filters)")
+                if not keys:
+                    raise ValueError(f"no {self.LABEL} tasks in {s.data_path} "
+                                     f"(split {s.split!r}, after filters)")
                 self._tasks = {k: self.make_task(k, loaded.rows[k]) for k in keys}
             return self._tasks
 

@@ -56,7 +56,7 @@ def run_oracle(env: Any, label: str, miss: Callable[[Any, Task, EpisodeResult], 
     for task in tasks:
         t0 = time.monotonic()
         result = env.solve(task, [], None, seed=0)
-        outcome = result.info.get("outcome", "?")
+        outcome = result.outcome_detail or result.outcome
         counts[outcome] += 1
         rows.append({"task_id": task.task_id, "success": result.success, "outcome": outcome,
                      "seconds": round(time.monotonic() - t0, 3), "errors": result.errors})

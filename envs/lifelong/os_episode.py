@@ -12,23 +12,24 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import Protocol, Sequence
 
 from memrl.llm.base import LLMError
-from memrl.records import RetrievedMemory, Step
+from memrl.records import Step
+from memrl_envs.base import Policy
 
 from .os_prompts import FINISH, INVALID_HELP, INVALID_MARK, STOP, Action, build_prompt, format_observation, parse_action
 from .os_shell import Shell, ShellError
 
-if TYPE_CHECKING:
-    from memrl.llm.client import EpisodeLLM
-
-# outcome classes (EpisodeResult.info["outcome"])
+# outcome classes (EpisodeResult.outcome_detail)
 SUCCESS = "success"
 FAILED = "failed"              # the evaluation script exited non-zero
 EVAL_TIMEOUT = "eval_timeout"  # the evaluation script ran out of time (a failure, as upstream)
 ENV_ERROR = "env_error"        # the system could not be set up, or broke down
 LLM_ERROR = "llm_error"        # the model call failed; the evaluation still ran
+# ... and the shared outcome of each (EpisodeResult.outcome)
+SHARED = {SUCCESS: "success", FAILED: "failure", EVAL_TIMEOUT: "timeout", ENV_ERROR: "env_error",
+          LLM_ERROR: "llm_error"}
 
 
 @dataclass(frozen=True)
@@ -43,15 +44,18 @@ class OsTask:
     skills: tuple[str, ...] = ()
 
 
-class Policy(Protocol):
-    """Chooses the next action from the episode so far."""
+class Actor(Protocol):
+    """What the episode loop asks: the next action from the episode so far."""
 
     def next_action(self, task: OsTask, history: Sequence[Step]) -> tuple[Action, str]:
         """(the parsed action, the raw reply)."""
 
 
-class GoldPolicy:
-    """The benchmark's ground-truth script as one command, then finish."""
+class GoldPolicy(Policy):
+    """The benchmark's ground-truth script as one command, then finish (no LLM)."""
+
+    needs_llm = False
+    reads_memories = False
 
     def next_action(self, task: OsTask, history: Sequence[Step]) -> tuple[Action, str]:
         if not history:
@@ -59,17 +63,13 @@ class GoldPolicy:
         return Action(FINISH), FINISH
 
 
-class LLMPolicy:
+class LLMPolicy(Policy):
     """The model continues the episode's prompt with one action."""
 
-    def __init__(self, llm: "EpisodeLLM", memories: Sequence[RetrievedMemory], max_tokens: int,
-                 timeout_s: float, with_example: bool = True) -> None:
-        self.llm, self.memories = llm, list(memories)
-        self.max_tokens, self.timeout_s, self.with_example = max_tokens, timeout_s, with_example
-
     def next_action(self, task: OsTask, history: Sequence[Step]) -> tuple[Action, str]:
-        prompt = build_prompt(task.instruction, self.memories, history, self.timeout_s, self.with_example)
-        reply = self.llm.complete(prompt, purpose="act", max_tokens=self.max_tokens, stop=STOP)
+        s = self.s
+        prompt = build_prompt(task.instruction, self.memories, history, s.command_timeout_s, s.with_example)
+        reply = self.llm.complete(prompt, purpose="act", max_tokens=s.max_tokens, stop=STOP)
         return parse_action(reply or ""), reply or ""
 
 
@@ -90,7 +90,7 @@ class EpisodeOutcome:
     seconds: float = 0.0
 
 
-def play(shell: Shell, task: OsTask, policy: Policy, max_steps: int, timeout_s: float,
+def play(shell: Shell, task: OsTask, policy: Actor, max_steps: int, timeout_s: float,
          max_chars: int) -> EpisodeOutcome:
     """Run the episode on `shell` (already started, fresh). Never raises for the agent's or the
     model's failures; `ShellError` (the system itself broke) is recorded as ``env_error``."""

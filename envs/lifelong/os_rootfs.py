@@ -95,9 +95,9 @@ def rootfs_root(explicit: str | os.PathLike[str] | None = None) -> Path:
         return Path(explicit).expanduser().resolve()
     if os.environ.get("MEMRL_ROOTFS_DIR"):
         return Path(os.environ["MEMRL_ROOTFS_DIR"]).expanduser().resolve()
-    if os.environ.get("MEMRL_CACHE_DIR"):
-        return (Path(os.environ["MEMRL_CACHE_DIR"]).expanduser() / "rootfs").resolve()
-    return (Path.home() / ".cache" / "memrl" / "rootfs").resolve()
+    from memrl.cache import default_cache_dir
+
+    return (default_cache_dir() / "rootfs").resolve()
 
 
 def rootfs_path(root: str | os.PathLike[str] | None = None, spec: RootfsSpec = RootfsSpec()) -> Path:

@@ -11,9 +11,15 @@ One `OverlayShell` is one episode's "container":
 * bubblewrap on top (`memrl_envs.sandbox.rootfs_argv`): the overlay as `/`, uid 0 with
   Docker's default capabilities minus raw sockets, low ports, mknod, chroot, audit writes and
   file capabilities (so, as in Docker, no mounts and no modules), no_new_privs, its own PID,
-  network (none), IPC and UTS namespaces (host name ``memrl-os``), an empty environment plus
-  Docker's defaults (PATH, HOME=/root), resource limits, and where the host lets it make
-  one, a pids cgroup that caps the commands' processes (a fork bomb stays inside);
+  network (none), IPC and UTS namespaces (host name ``memrl-os``), kernel interfaces masked or
+  read-only as runc and Docker do (/proc/sys, /proc/sysrq-trigger, /proc/kcore, ...; no /sys),
+  a read-only /dev with a capped /dev/shm, an empty environment plus Docker's defaults (PATH,
+  HOME=/root), per-process resource limits;
+* caps on the whole episode (`memrl_envs.sandbox.cgroups`), where the host lets it make them:
+  a memory cgroup (the episode's processes and everything it writes to its tmpfs upper
+  layer: writing is bounded by ``upper_size_mb``, memory by ``memory_mb``) and a pids cgroup
+  split in two: the commands (``cmd``, at most ``pids_max``) and the shell's own side
+  (``srv``), so a fork bomb left running in the background cannot starve the shell;
 * inside it a small bash loop (``SERVER``) that runs each command as ``bash -c`` with a time
   limit, its output (stdout and stderr together) in a file that is already unlinked, and
   sends back the first bytes of the output and the exit status.
@@ -31,6 +37,7 @@ it every process of the episode.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import secrets
@@ -45,7 +52,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Protocol
 
-from memrl_envs.sandbox import Limits, SandboxError, limits_preexec, rootfs_argv
+from memrl_envs.sandbox import (Limits, SandboxError, caps_report, limits_preexec, log_sandbox_facts,
+                                plan_parallel, rootfs_argv, sandbox_cgroup)
+
+log = logging.getLogger(__name__)
 
 # Docker's environment for `docker exec` into an image that sets nothing else.
 DOCKER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -54,6 +64,8 @@ DEFAULT_ENV = {"PATH": DOCKER_PATH, "HOME": "/root", "HOSTNAME": HOSTNAME}
 _GRACE_S = 15.0          # beyond a command's own limit before the shell counts as hung
 _START_TIMEOUT_S = 60.0
 CMD_CGROUP = "/dev/.memrl-cmd-cgroup"  # inside the sandbox: the commands' pids cgroup (if any)
+PIDS_SPARE = 32  # processes the shell's side may use beyond the commands' cap
+SHM_MB = 128     # the episode's /dev/shm (where the shell keeps each command's output)
 
 # Runs as the sandbox's first process. fd 3: requests from the harness, fd 4: replies.
 # Request: "RUN <timeout> <nbytes> <nonce>\n" then <nbytes> bytes of script.
@@ -199,93 +211,44 @@ class _Reader:
             return self.buf.decode("utf-8", errors="replace")
 
 
-class _PidsCgroup:
-    """Best effort: pids cgroups (v1 or v2) that cap the episode's process count, so a fork
-    bomb cannot exhaust the host's PIDs. Two siblings under one episode cgroup: ``cmd`` (the
-    commands, at most `pids_max`) and ``srv`` (the sandbox's own processes), so a bomb left
-    running in the background cannot starve the shell (bash exits when it cannot fork).
-    The command side joins through ``cmd_procs_file``, bound into the sandbox. Silently
-    absent where cgroups are not writable."""
-
-    SPARE = 32  # processes the shell side may use beyond the commands' cap
-
-    def __init__(self, pids_max: int) -> None:
-        self.path: Path | None = None
-        if pids_max <= 0:
-            return
-        name = f"memrl-os-{uuid.uuid4().hex[:12]}"
-        for base, v2 in ((Path("/sys/fs/cgroup/pids"), False), (Path("/sys/fs/cgroup/unified"), True),
-                         (Path("/sys/fs/cgroup"), True)):
-            try:
-                if v2 and "pids" not in (base / "cgroup.subtree_control").read_text().split():
-                    continue
-                if not (base / "cgroup.procs").exists():
-                    continue
-                self._sweep(base)
-                path = base / name
-                path.mkdir()
-                self.path = path
-                (path / "pids.max").write_text(str(pids_max + self.SPARE))
-                if v2:
-                    (path / "cgroup.subtree_control").write_text("+pids")
-                for child in ("srv", "cmd"):
-                    (path / child).mkdir()
-                (path / "cmd" / "pids.max").write_text(str(pids_max))
-                return
-            except OSError:
-                self.remove()
-                continue
-
-    @staticmethod
-    def _sweep(base: Path) -> None:
-        """Remove cgroups of episodes whose harness was killed: a cgroup that still holds a
-        process cannot be removed, and young ones are left to the session setting them up."""
-        for old in base.glob("memrl-os-*"):
-            try:
-                if time.time() - old.stat().st_mtime > 120:
-                    for child in ("cmd", "srv"):
-                        if (old / child).is_dir():
-                            (old / child).rmdir()
-                    old.rmdir()
-            except OSError:
-                pass
-
-    @property
-    def srv_procs_file(self) -> str:
-        """Where the episode's first process writes its pid to join ("-": no cgroup)."""
-        return str(self.path / "srv" / "cgroup.procs") if self.path is not None else "-"
-
-    @property
-    def cmd_procs_file(self) -> str | None:
-        return str(self.path / "cmd" / "cgroup.procs") if self.path is not None else None
-
-    def remove(self) -> None:
-        if self.path is None:
-            return
-        for _ in range(50):
-            try:
-                for child in ("cmd", "srv"):
-                    if (self.path / child).is_dir():
-                        (self.path / child).rmdir()
-                self.path.rmdir()
-                self.path = None
-                return
-            except OSError:
-                time.sleep(0.1)
-
-
-# Set-up inside the new mount namespace: join the pids cgroup (if any), a tmpfs for the upper
-# layer, the overlay, then bwrap.
+# Set-up inside the new mount namespace (already in the episode's cgroups): a tmpfs for the
+# upper layer, the overlay, then bwrap.
 _SETUP = r'''
 set -eu
-lower=$1 base=$2 size=$3 procs=$4
-shift 4
-if [ "$procs" != - ]; then echo $$ > "$procs" 2>/dev/null || true; fi
+lower=$1 base=$2 size=$3
+shift 3
 mount -t tmpfs -o "size=${size}m,mode=0755" memrl-episode "$base"
 mkdir "$base/upper" "$base/work" "$base/root"
 mount -t overlay memrl-episode -o "lowerdir=$lower,upperdir=$base/upper,workdir=$base/work" "$base/root"
 exec "$@"
 '''
+
+
+DEFAULT_LIMITS = Limits(wall_s=0, cpu_s=None, memory_mb=4096, nproc=None, file_mb=256)
+
+
+def overlay_facts(*, upper_size_mb: int, pids_max: int, memory_mb: int | None, max_parallel: int | None,
+                  scratch_dir: str | None = None, command_timeout_s: float | None = None,
+                  limits: Limits = DEFAULT_LIMITS) -> dict:
+    """What OverlayShell episodes get on this machine (caps enforced and missing, masked kernel
+    interfaces) and how many fit at once; logged, for the run card. Raises `SandboxFitError`
+    when not one episode fits."""
+    caps = caps_report(Limits(sandbox_memory_mb=memory_mb, nproc=pids_max or None, disk_mb=upper_size_mb,
+                              tmp_mb=SHM_MB, memory_mb=limits.memory_mb, cpu_s=limits.cpu_s,
+                              file_mb=limits.file_mb, wall_s=limits.wall_s))
+    caps["enforced"]["disk"] = f"{upper_size_mb} MB (tmpfs upper layer of the overlay: all the episode writes)"
+    caps["enforced"].pop("tmp", None)
+    caps["enforced"]["shm"] = f"{SHM_MB} MB /dev/shm (tmpfs)"
+    caps["per_process"]["nproc"] = None  # root ignores RLIMIT_NPROC: the pids cgroup is the cap
+    caps["per_process"]["wall_s"] = command_timeout_s  # per command
+    capped = "memory" in caps["enforced"]
+    each = memory_mb if capped and memory_mb else (limits.memory_mb or 0) + upper_size_mb + SHM_MB
+    plan = plan_parallel(max_parallel, memory_mb_each=int(each), disk_mb_each=1,
+                         disk_path=scratch_dir or tempfile.gettempdir(), memory_capped=capped,
+                         what="Lifelong-OS episode sandboxes")
+    log_sandbox_facts(log, "Lifelong-OS sandbox", caps, plan)
+    return {"mode": "root file system (bubblewrap over a tmpfs-backed overlay, uid 0 with Docker's "
+                    "default capabilities minus a few)", **caps, "parallel": plan.facts()}
 
 
 class OverlayShell:
@@ -298,14 +261,18 @@ class OverlayShell:
         workdir: the directory every command starts in.
         output_bytes: output bytes kept per command (the rest is dropped).
         limits: per-process limits (CPU seconds, address space, file size).
-        pids_max: process cap for the episode through a pids cgroup when one can be made (0: off).
+        pids_max: the commands' process cap, a pids cgroup where one can be made (0: off).
+        memory_mb: the whole episode's memory cap (its tmpfs upper layer and /dev/shm count),
+            a memory cgroup where one can be made (None: off).
+        shm_mb: size of the episode's /dev/shm (tmpfs).
         env: the commands' environment (default: what `docker exec` gives).
     """
 
     def __init__(self, rootfs: str | os.PathLike[str], *, scratch_dir: str | os.PathLike[str] | None = None,
                  upper_size_mb: int = 1024, workdir: str = "/", output_bytes: int = 65536,
-                 limits: Limits = Limits(wall_s=0, cpu_s=None, memory_mb=4096, nproc=None, file_mb=256),
-                 pids_max: int = 1024, env: Mapping[str, str] | None = None) -> None:
+                 limits: Limits = DEFAULT_LIMITS,
+                 pids_max: int = 1024, memory_mb: int | None = 2048, shm_mb: int = SHM_MB,
+                 env: Mapping[str, str] | None = None) -> None:
         why = overlay_available()
         if why:
             raise ShellError(why)
@@ -321,26 +288,40 @@ class OverlayShell:
             raise ShellError(f"scratch folder {self._base} has a character overlay options cannot carry")
         self._lock = threading.Lock()
         self._closed = False
-        self._cgroup = _PidsCgroup(pids_max)
         server_argv = ["/bin/bash", "--noprofile", "--norc", "-c", SERVER, "memrl-shell", workdir,
                        str(self.output_bytes)]
         try:
-            cmd_procs = self._cgroup.cmd_procs_file
-            inner = rootfs_argv(server_argv, self._base / "root", env=dict(env or DEFAULT_ENV), cwd="/",
-                                hostname=HOSTNAME, binds=[(cmd_procs, CMD_CGROUP)] if cmd_procs else ())
+            self._cgroup = sandbox_cgroup(memory_mb, pids_max + PIDS_SPARE if pids_max > 0 else None,
+                                          split={"srv": None, "cmd": pids_max if pids_max > 0 else None},
+                                          prefix="memrl-os-")
         except SandboxError as exc:
-            self._cgroup.remove()
+            self._cleanup_dirs()
+            raise ShellError(str(exc)) from exc
+        try:
+            cmd_procs = self._cgroup.move_file("cmd")
+            inner = rootfs_argv(server_argv, self._base / "root", env=dict(env or DEFAULT_ENV), cwd="/",
+                                hostname=HOSTNAME, binds=[(cmd_procs, CMD_CGROUP)] if cmd_procs else (),
+                                shm_mb=shm_mb, cgroup_ns=not self._cgroup.moves_need_host_namespace)
+        except SandboxError as exc:
+            self._cgroup.close()
             self._cleanup_dirs()
             raise ShellError(str(exc)) from exc
         argv = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _SETUP,
-                "memrl-overlay", str(lower), str(self._base), str(int(upper_size_mb)),
-                self._cgroup.srv_procs_file, *inner]
+                "memrl-overlay", str(lower), str(self._base), str(int(upper_size_mb)), *inner]
+        join = self._cgroup.preexec("srv") if self._cgroup.groups else None
+        set_limits = limits_preexec(limits)
+
+        def preexec() -> None:
+            if join is not None:
+                join()
+            set_limits()
+
         try:
             self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, preexec_fn=limits_preexec(limits),
+                                          stderr=subprocess.PIPE, preexec_fn=preexec,
                                           start_new_session=True, env={"PATH": DOCKER_PATH})
         except OSError as exc:
-            self._cgroup.remove()
+            self._cgroup.close()
             self._cleanup_dirs()
             raise ShellError(f"could not start the episode sandbox: {exc}") from exc
         self._out = _Reader(self._proc.stdout)
@@ -396,6 +377,9 @@ class OverlayShell:
                 return
             self._closed = True
         proc = self._proc if hasattr(self, "_proc") else None
+        if not hasattr(self, "_cgroup"):
+            self._cleanup_dirs()
+            return
         if proc is not None:
             try:
                 proc.stdin.close()
@@ -417,8 +401,13 @@ class OverlayShell:
                     stream.close()
                 except OSError:
                     pass
-        self._cgroup.remove()
+        self._cgroup.close()
         self._cleanup_dirs()
+
+    @property
+    def cgroup(self):
+        """The episode's cgroups (for reading its usage from the host)."""
+        return self._cgroup
 
     def _cleanup_dirs(self) -> None:
         # On the host the folder was only ever a mount point inside the episode's namespace.

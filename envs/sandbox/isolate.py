@@ -1,22 +1,34 @@
 """bubblewrap-based isolation for code and commands a model wrote.
 
-What a sandboxed process gets (default mode, host root file system):
-  * the host's `/` read-only; home directories (`/root`, `/home`, `$HOME`) hidden behind empty
-    tmpfs; a private `/tmp`; one writable directory (`workdir`), bound at its own path;
-  * its own user, PID, IPC, UTS, cgroup and network namespaces: no network at all (connecting
-    to 127.0.0.1 is refused), no view of host processes, so it cannot signal its parent;
-  * an empty environment (`--clearenv`) plus only the variables the caller passes: no API keys;
-  * when the harness runs as root, an unprivileged uid of its own (files such as /etc/shadow
-    stay unreadable, and RLIMIT_NPROC counts only this sandbox's processes);
-  * resource limits (CPU seconds, address space, processes, file size), a wall-clock limit,
-    and a cap on captured output;
-  * at the end the whole sandbox dies with it: `--die-with-parent` plus a PID namespace mean
-    killing bwrap kills every process inside, including ones left in the background.
+Two modes, one set of guarantees (README, "What a sandbox can and cannot do"):
 
-`privileged_root=True` with a `root_dir` is the mode for OS-style tasks that must run `useradd`
-or `chown` inside a disposable root file system: uid 0 without a user namespace, but with the
-capabilities Docker drops by default removed as well (no mounts, no module loading, no raw
-I/O, no ptrace), in its own mount, PID and network namespaces.
+Host-root mode (code: the BigCodeBench checker). The sandbox's `/` is an allow-list of the host
+(`hostview`): `/usr` and the `/lib*`, `/bin`, `/sbin` links, a minimal `/etc`, the interpreter's
+own folders, read-only; no `/run`, `/var`, `/home`, `/root`, no project folders, so no host unix
+socket is reachable by its path. A private `/tmp` and `/dev/shm` (tmpfs of `tmp_mb`), and one
+writable work folder at the host folder's path: a tmpfs of `disk_mb`, seeded with the host
+folder's files (writes past the cap fail with ENOSPC; nothing written reaches the host disk),
+or with `disk_mb=None` the host folder itself. Its own user, PID, IPC, UTS, cgroup and network
+namespaces (no network; no view of host processes), an empty environment (`--clearenv`) plus
+the variables the caller passes (no API keys), and, when the harness runs as root, an
+unprivileged uid of its own.
+
+Root-file-system mode (`privileged_root` with a `root_dir`: Lifelong-OS episodes that run
+`useradd` or `chown`): a disposable root file system as `/`, uid 0 without a user namespace
+but with the capabilities Docker drops by default removed as well (no mounts, no module
+loading, no raw I/O, no ptrace, no mknod), no_new_privs, its own mount, PID, IPC, UTS and
+network namespaces.
+
+In both modes:
+  * kernel interfaces masked or read-only (`masks`: /proc/sys, /proc/sysrq-trigger, /proc/kcore,
+    /proc/keys, ... as runc and Docker do); no /sys; a minimal /dev, read-only but for its
+    capped /dev/shm; the host-root mode's `/` read-only;
+  * caps on the whole sandbox (`cgroups`): a memory cgroup (swap off; its tmpfs files count)
+    and a pids cgroup, where the machine can make them; which caps hold is in `caps_report`;
+  * per-process limits on top (CPU seconds, address space, file size, processes per uid), a
+    wall-clock limit and a cap on captured output;
+  * at the end the whole sandbox dies: `--die-with-parent`, a PID namespace (killing bwrap kills
+    every process inside) and the cgroup emptied and removed.
 """
 
 from __future__ import annotations
@@ -34,8 +46,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from .cgroups import MEMORY, PIDS, PREFIX, SandboxCgroup, cgroup_support
+from .hostview import ETC_PLACEHOLDERS, dirs_above, host_view_args, program_binds_args
+from .masks import masked_paths, proc_mask_args
+
 BWRAP = "bwrap"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+SEED_DIR = "/.memrl-seed"  # host-root mode: where the host work folder is shown read-only to be copied in
 # uids handed to sandboxes when the harness runs as root: one per concurrent sandbox, so
 # process limits are per sandbox. Far above the usual system and login ranges.
 _UID_BASE = 2_000_000
@@ -46,6 +63,9 @@ _uid_lock = threading.Lock()
 # AUDIT_WRITE/SETFCAP/SYS_CHROOT which none of the tasks need).
 _KEEP_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
               "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP")
+# The host-root launcher's, until it drops to the sandbox uid (which clears them all): hand the
+# work folder to that uid, then become it.
+_LAUNCHER_CAPS = ("CAP_CHOWN", "CAP_SETUID", "CAP_SETGID")
 
 
 class SandboxError(RuntimeError):
@@ -58,11 +78,18 @@ class Limits:
 
     wall_s: float = 60.0            # wall clock, then the whole sandbox is killed
     cpu_s: int | None = 120         # RLIMIT_CPU
-    memory_mb: int | None = 4096    # RLIMIT_AS (address space)
-    nproc: int | None = 128         # RLIMIT_NPROC (processes/threads of the sandbox uid)
+    memory_mb: int | None = 4096    # RLIMIT_AS (address space of each process)
+    nproc: int | None = 128         # processes+threads: the sandbox's pids cgroup, and RLIMIT_NPROC
     file_mb: int | None = 256       # RLIMIT_FSIZE (largest file it may write)
     output_bytes: int = 200_000     # kept per stream; the rest is read and dropped
     tmp_mb: int | None = 512        # size of the private /tmp and /dev/shm (host memory)
+    sandbox_memory_mb: int | None = 4096  # memory cgroup of the whole sandbox (its tmpfs files count)
+    disk_mb: int | None = 1024      # the work folder: a tmpfs of this size; None: the host folder itself
+
+    def tmpfs_mb(self, *, work_folder: bool = True) -> int:
+        """The most the sandbox's tmpfs folders can hold (memory, not disk)."""
+        sizes = [self.tmp_mb or 0, self.tmp_mb or 0, (self.disk_mb or 0) if work_folder else 0]
+        return sum(sizes)
 
 
 @dataclass
@@ -74,6 +101,10 @@ class SandboxResult:
     output_truncated: bool = False
     wall_s: float = 0.0
     argv: list[str] = field(default_factory=list, repr=False)
+    # from the sandbox's cgroups, read on the host (None: that cap was not enforced)
+    memory_peak_bytes: int | None = None
+    oom_kills: int | None = None
+    pids_refused: int | None = None
 
     @property
     def signal(self) -> int | None:
@@ -95,11 +126,31 @@ def bwrap_available() -> str | None:
     return None
 
 
-def python_binds() -> list[str]:
-    """Folders the current Python interpreter and its packages live in (to re-expose them
-    read-only when they sit under a hidden home directory)."""
-    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    return sorted(p for p in paths if p and os.path.isdir(p))
+def caps_report(limits: Limits, *, work_folder: bool = True) -> dict:
+    """Which caps a sandbox with `limits` gets on this machine, and which are missing (why):
+    for the run card and the log. Never silent: every cap is in one of the two maps."""
+    support = cgroup_support()
+    enforced: dict[str, str] = {}
+    missing: dict[str, str] = {}
+    for cap, value, unit in ((MEMORY, limits.sandbox_memory_mb, "MB"), (PIDS, limits.nproc, "tasks")):
+        if value is None:
+            missing[cap] = "disabled by the configuration"
+        elif cap in support.enforced:
+            enforced[cap] = f"{value} {unit} ({support.enforced[cap]})"
+        else:
+            missing[cap] = support.missing.get(cap, "unknown")
+    if work_folder and limits.disk_mb is None:
+        missing["disk"] = "disabled by the configuration: the work folder is the host folder"
+    elif work_folder:
+        enforced["disk"] = f"{limits.disk_mb} MB (tmpfs work folder)"
+    if limits.tmp_mb is not None:
+        enforced["tmp"] = f"{limits.tmp_mb} MB each for /tmp and /dev/shm (tmpfs)"
+    else:
+        missing["tmp"] = "disabled by the configuration"
+    per_process = {"address_space_mb": limits.memory_mb, "cpu_s": limits.cpu_s, "file_mb": limits.file_mb,
+                   "nproc": limits.nproc, "wall_s": limits.wall_s}
+    return {"enforced": enforced, "missing": missing, "per_process": per_process,
+            "kernel_interfaces": masked_paths()}
 
 
 def _next_uid() -> int:
@@ -115,41 +166,39 @@ def _chown_tree(path: Path, uid: int, gid: int) -> None:
             os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)
 
 
-def _hidden_dirs() -> list[str]:
-    out = ["/root", "/home"]
-    home = os.environ.get("HOME")
-    if home and home not in ("/", "/tmp") and os.path.isdir(home):
-        out.append(home)
-    return [d for d in dict.fromkeys(out) if os.path.isdir(d)]
-
-
-# The first program inside a host-root sandbox (run by the host interpreter): say the sandbox
-# is up, forbid regaining privileges through setuid binaries, drop to the sandbox uid when
-# the harness is root, enter the work folder, then become the real command.
+# The first program inside a host-root sandbox (run by the host interpreter): forbid regaining
+# privileges through setuid binaries, hand the work folder to the sandbox uid and drop to it
+# when the harness is root, copy the seed into the (tmpfs) work folder, say the sandbox is up,
+# enter the working directory, then become the real command.
 _LAUNCH = (
     "import ctypes,os,sys\n"
-    "fd,u,cwd=int(sys.argv[1]),sys.argv[2],sys.argv[3]\n"
+    "fd,u,cwd,work,seed=int(sys.argv[1]),sys.argv[2],sys.argv[3],sys.argv[4],sys.argv[5]\n"
     "if ctypes.CDLL(None,use_errno=True).prctl(38,1,0,0,0)!=0: raise SystemExit('no_new_privs failed')\n"
-    "if u!='-': os.setgroups([]);os.setgid(int(u));os.setuid(int(u))\n"
+    "if u!='-':\n"
+    " u=int(u)\n"
+    " if seed!='-': os.chown(work,u,u)\n"
+    " os.setgroups([]);os.setgid(u);os.setuid(u)\n"
+    "if seed!='-':\n"
+    " import shutil\n"
+    " for n in os.listdir(seed):\n"
+    "  s,d=os.path.join(seed,n),os.path.join(work,n)\n"
+    "  if os.path.isdir(s) and not os.path.islink(s): shutil.copytree(s,d,symlinks=True)\n"
+    "  else: shutil.copy2(s,d,follow_symlinks=False)\n"
     "os.chdir(cwd);os.write(fd,b'up');os.close(fd)\n"
-    "os.execvp(sys.argv[4],sys.argv[4:])\n"
+    "os.execvp(sys.argv[6],sys.argv[6:])\n"
 )
 
 
-def _parents(path: str, tmpfs: Sequence[str]) -> list[str]:
-    """bwrap creates the folders above a bind target inside one of our tmpfs mounts as 0700;
-    create them 0755 first so the sandbox uid can reach the target."""
-    out: list[str] = []
-    for parent in reversed(Path(path).parents):
-        if any(str(parent).startswith(t + "/") for t in tmpfs):
-            out += ["--perms", "0755", "--dir", str(parent)]
-    return out
+def _size(mb: int | None) -> list[str]:
+    return [] if mb is None else ["--size", str(int(mb) * 2**20)]
 
 
 def _bwrap_argv(argv: Sequence[str], *, workdir: Path | None, env: Mapping[str, str],
                 ro_binds: Sequence[str], root_dir: Path | None, privileged_root: bool,
                 drop_to: int | None, network: bool, cwd: str | None, ready_fd: int,
-                tmp_mb: int | None = None) -> list[str]:
+                tmp_mb: int | None = None, disk_mb: int | None = None,
+                placeholder_fds: Sequence[int] = (), binds: Sequence[tuple[str, str]] = (),
+                hostname: str | None = None, cgroup_ns: bool = True) -> list[str]:
     exe = shutil.which(BWRAP)
     if exe is None:
         raise SandboxError("bubblewrap (`bwrap`) is not installed: apt-get install bubblewrap")
@@ -157,32 +206,47 @@ def _bwrap_argv(argv: Sequence[str], *, workdir: Path | None, env: Mapping[str, 
     if os.geteuid() == 0:
         # No user namespace (inside it root would still own the host's files): bwrap sets the
         # sandbox up as root, then the command runs with few or no capabilities.
-        args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+        args += ["--unshare-cgroup-try"] if cgroup_ns else []
         if not network:
             args += ["--unshare-net"]
         args += ["--cap-drop", "ALL"]
-        keep = _KEEP_CAPS if privileged_root else ("CAP_SETUID", "CAP_SETGID")
+        keep = _KEEP_CAPS if privileged_root else _LAUNCHER_CAPS
         for cap in keep:
             args += ["--cap-add", cap]
     else:
         args += ["--unshare-all"] + (["--share-net"] if network else [])
+    if hostname:
+        args += ["--hostname", hostname]
+    seeded = False
     if root_dir is not None:
-        args += ["--bind", str(root_dir), "/", "--dev", "/dev", "--proc", "/proc"]
-    else:
-        size = [] if tmp_mb is None else ["--size", str(tmp_mb * 2**20)]
-        args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                 *size, "--perms", "1777", "--tmpfs", "/tmp",
-                 *size, "--perms", "1777", "--tmpfs", "/dev/shm"]
-        for hidden in _hidden_dirs():
-            args += ["--tmpfs", hidden]
-        # the launcher's interpreter must stay reachable even under a hidden home folder
-        tmpfs = ["/tmp", *_hidden_dirs()]
-        for path in dict.fromkeys([*python_binds(), *ro_binds]):
-            args += _parents(path, tmpfs) + ["--ro-bind", path, path]
+        args += ["--bind", str(root_dir), "/", "--dev", "/dev",
+                 *_size(tmp_mb), "--perms", "1777", "--tmpfs", "/dev/shm",
+                 "--proc", "/proc", *proc_mask_args()]
         if workdir is not None:
-            args += _parents(str(workdir), tmpfs)
-    if workdir is not None:
-        args += ["--bind", str(workdir), str(workdir)]
+            args += ["--bind", str(workdir), str(workdir)]
+    else:
+        made: set[str] = set()
+        args += host_view_args(placeholder_fds, made)
+        args += ["--dev", "/dev", *_size(tmp_mb), "--perms", "1777", "--tmpfs", "/dev/shm",
+                 "--proc", "/proc", *proc_mask_args(),
+                 *_size(tmp_mb), "--perms", "1777", "--tmpfs", "/tmp"]
+        made.update(("/dev", "/proc", "/tmp"))
+        try:
+            args += program_binds_args(ro_binds, made)
+        except ValueError as exc:
+            raise SandboxError(str(exc)) from exc
+        if workdir is not None:
+            if disk_mb is None:
+                args += dirs_above(str(workdir), made) + ["--bind", str(workdir), str(workdir)]
+            else:
+                seeded = True
+                args += ["--ro-bind", str(workdir), SEED_DIR, *dirs_above(str(workdir), made),
+                         *_size(disk_mb), "--perms", "0755", "--tmpfs", str(workdir)]
+    for src, dest in binds:
+        args += ["--bind", str(src), str(dest)]
+    # last: nothing more is mounted, so make the skeleton read-only (binds inside stay as made)
+    args += ["--remount-ro", "/dev"] + (["--remount-ro", "/"] if root_dir is None else [])
     for key, value in env.items():
         args += ["--setenv", key, value]
     chdir = cwd or (str(workdir) if workdir is not None else "/")
@@ -191,31 +255,30 @@ def _bwrap_argv(argv: Sequence[str], *, workdir: Path | None, env: Mapping[str, 
         return args + ["--chdir", chdir, "--", *argv]
     user = "-" if drop_to is None else str(drop_to)
     return args + ["--chdir", "/", "--", sys.executable, "-I", "-S", "-c", _LAUNCH,
-                   str(ready_fd), user, chdir, *argv]
+                   str(ready_fd), user, chdir, str(workdir) if workdir is not None else "-",
+                   SEED_DIR if seeded else "-", *argv]
 
 
 def rootfs_argv(argv: Sequence[str], root_dir: str | os.PathLike[str], *, env: Mapping[str, str],
                 cwd: str = "/", network: bool = False, hostname: str | None = None,
-                binds: Sequence[tuple[str, str]] = ()) -> list[str]:
+                binds: Sequence[tuple[str, str]] = (), shm_mb: int | None = 128,
+                cgroup_ns: bool = True) -> list[str]:
     """The bwrap command line that runs `argv` as uid 0 inside `root_dir`, in the
-    `privileged_root` mode described above, for callers that manage the process themselves
-    (e.g. a shell that serves several commands). `env` is the whole environment (nothing is
-    added); `hostname` names its UTS namespace; `binds` are extra (host path, sandbox path)
-    read-write binds, made after /dev and /proc. `root_dir` must be disposable (an overlay),
-    never the host's `/`; the harness must be root (without root the sandbox would be a user
-    namespace whose "root" cannot chown)."""
+    root-file-system mode described above, for callers that manage the process themselves
+    (e.g. a shell that serves several commands; its cgroups and the disk cap of `root_dir` are
+    the caller's). `env` is the whole environment (nothing is added); `hostname` names its UTS
+    namespace; `binds` are extra (host path, sandbox path) read-write binds, made after /dev
+    and /proc; `shm_mb` sizes /dev/shm; `cgroup_ns=False` keeps the host's cgroup namespace
+    (cgroup v2 lets a process move only between groups under its namespace's root).
+    `root_dir` must be disposable (an overlay), never the host's `/`; the harness must be root
+    (without root the sandbox would be a user namespace whose "root" cannot chown)."""
     if os.geteuid() != 0:
         raise SandboxError("a privileged root file system sandbox needs the harness to run as root")
     if Path(root_dir).resolve() == Path("/"):
         raise SandboxError("privileged_root needs a disposable root_dir, never the host's /")
-    args = _bwrap_argv(argv, workdir=None, env=env, ro_binds=(), root_dir=Path(root_dir),
-                       privileged_root=True, drop_to=None, network=network, cwd=cwd, ready_fd=-1)
-    if binds:  # before the closing ["--chdir", cwd, "--", *argv]
-        at = len(args) - len(argv) - 3
-        args[at:at] = [a for src, dest in binds for a in ("--bind", str(src), str(dest))]
-    if hostname:  # the sandbox has its own UTS namespace as root
-        args[1:1] = ["--hostname", hostname]
-    return args
+    return _bwrap_argv(argv, workdir=None, env=env, ro_binds=(), root_dir=Path(root_dir),
+                       privileged_root=True, drop_to=None, network=network, cwd=cwd, ready_fd=-1,
+                       tmp_mb=shm_mb, binds=binds, hostname=hostname, cgroup_ns=cgroup_ns)
 
 
 def limits_preexec(limits: Limits):
@@ -224,8 +287,11 @@ def limits_preexec(limits: Limits):
     return _limit_setter(limits)
 
 
-def _limit_setter(limits: Limits):
+def _limit_setter(limits: Limits, join=None):
     def apply() -> None:
+        if join is not None:
+            join()  # into the sandbox's cgroups, before anything of the sandbox exists
+
         def cap(which: int, value: int | None) -> None:
             if value is not None:
                 resource.setrlimit(which, (value, value))
@@ -239,6 +305,20 @@ def _limit_setter(limits: Limits):
         cap(resource.RLIMIT_NPROC, limits.nproc)
 
     return apply
+
+
+def sandbox_cgroup(memory_mb: int | None, pids_max: int | None, *,
+                   split: Mapping[str, int | None] | None = None, prefix: str = PREFIX) -> SandboxCgroup:
+    """The cgroups of one sandbox. A cap this machine supports (`cgroup_support`, which the run
+    card reports) that cannot be made now is an error, never a silent run without it."""
+    cg = SandboxCgroup.create(memory_mb=memory_mb, pids_max=pids_max, split=split, prefix=prefix)
+    support = cgroup_support()
+    lost = [cap for cap in support.enforced if cap in cg.missing]
+    if lost:
+        cg.close()
+        raise SandboxError("could not make the sandbox's " + ", ".join(
+            f"{cap} cgroup ({cg.missing[cap]})" for cap in lost))
+    return cg
 
 
 class _Capped:
@@ -276,11 +356,13 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
                  network: bool = False, cwd: str | None = None) -> SandboxResult:
     """Run `argv` inside a fresh sandbox and return what happened.
 
-    `workdir` is the only writable host folder (it must exist; when the harness is root it is
-    handed to the sandbox uid). `env` is the whole environment of the process (PATH, HOME and
-    LANG are filled in when absent). `ro_binds` re-exposes folders that a hidden home directory
-    would otherwise cover (e.g. `python_binds()`). With `root_dir`, that folder is the
-    sandbox's `/` (read-write), e.g. an overlay of a disposable root file system.
+    `workdir` is the host folder the sandbox works in (it must exist; when the harness is root
+    it is handed to the sandbox uid for the run). In the host-root mode with `limits.disk_mb`
+    set, the sandbox works on a capped tmpfs copy of it and nothing it writes comes back; with
+    `disk_mb=None` it writes the host folder itself. `env` is the whole environment of the
+    process (PATH, HOME and LANG are filled in when absent). `ro_binds` adds host folders the
+    sandbox may read (e.g. data a task needs). With `root_dir`, that folder is the sandbox's
+    `/` (read-write), e.g. an overlay of a disposable root file system.
     Raises `SandboxError` only when the sandbox cannot be created; everything the code inside
     does, including crashing or timing out, is reported in the result.
     """
@@ -294,25 +376,39 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
         uid = _next_uid()
         if work is not None:
             _chown_tree(work, uid, uid)
-    status_r, status_w = os.pipe()
     full_env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8",
                 "HOME": str(work) if work is not None else "/tmp"}
     full_env.update(env or {})
-    args = _bwrap_argv(argv, workdir=work, env=full_env, ro_binds=ro_binds, tmp_mb=limits.tmp_mb,
-                       root_dir=Path(root_dir) if root_dir is not None else None,
-                       privileged_root=privileged_root, drop_to=uid, network=network, cwd=cwd,
-                       ready_fd=status_w)
-    start = time.monotonic()
+    cg = sandbox_cgroup(limits.sandbox_memory_mb, limits.nproc)
+    status_r, status_w = os.pipe()
+    placeholders = [] if root_dir is not None else [os.pipe() for _ in ETC_PLACEHOLDERS]
+    for _, w in placeholders:
+        os.close(w)  # empty files: bwrap reads each to its end at once
+    fds = [r for r, _ in placeholders]
     try:
+        args = _bwrap_argv(argv, workdir=work, env=full_env, ro_binds=ro_binds, tmp_mb=limits.tmp_mb,
+                           disk_mb=limits.disk_mb, placeholder_fds=fds,
+                           root_dir=Path(root_dir) if root_dir is not None else None,
+                           privileged_root=privileged_root, drop_to=uid, network=network, cwd=cwd,
+                           ready_fd=status_w)
+        start = time.monotonic()
         proc = subprocess.Popen(args, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                preexec_fn=_limit_setter(limits), start_new_session=True,
-                                env={"PATH": DEFAULT_PATH}, pass_fds=(status_w,))
-    except OSError as exc:
+                                preexec_fn=_limit_setter(limits, cg.preexec() if cg.groups else None),
+                                start_new_session=True, env={"PATH": DEFAULT_PATH},
+                                pass_fds=(status_w, *fds))
+    except (OSError, SandboxError) as exc:
         os.close(status_r)
+        cg.close()
+        if uid is not None and work is not None and work.exists():
+            _chown_tree(work, os.getuid(), os.getgid())
+        if isinstance(exc, SandboxError):
+            raise
         raise SandboxError(f"could not start bwrap: {exc}") from exc
     finally:
         os.close(status_w)
+        for fd in fds:
+            os.close(fd)
     status = _Capped(os.fdopen(status_r, "rb"), 65536)
     out = _Capped(proc.stdout, limits.output_bytes)
     err = _Capped(proc.stderr, limits.output_bytes)
@@ -338,6 +434,8 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
         except (ProcessLookupError, PermissionError):
             pass
         proc.wait()
+        usage = cg.usage()
+        cg.close()
     for pump in (out, err, status):
         pump.thread.join(timeout=5)
     if uid is not None and work is not None and work.exists():
@@ -353,4 +451,4 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
     return SandboxResult(returncode=None if timed_out else proc.returncode, stdout=out.text(),
                          stderr=stderr, timed_out=timed_out,
                          output_truncated=out.truncated or err.truncated,
-                         wall_s=time.monotonic() - start, argv=list(argv))
+                         wall_s=time.monotonic() - start, argv=list(argv), **usage)

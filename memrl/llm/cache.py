@@ -14,17 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 import threading
 from pathlib import Path
 
 from memrl.llm.base import Content, ImagePart, LLMRequest, LLMResponse
-
-def default_cache_dir() -> Path:
-    """Where memrl keeps machine-wide files: `$MEMRL_CACHE_DIR`, else `~/.cache/memrl`."""
-    env = os.environ.get("MEMRL_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "memrl"
 
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)"

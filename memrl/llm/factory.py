@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from memrl.llm.base import Backend, LLMRequest
-from memrl.llm.cache import ResponseCache, default_cache_dir
+from memrl.cache import LLM_CACHE, default_cache_dir
+from memrl.llm.cache import ResponseCache
 from memrl.llm.client import LLMClient
 
 
@@ -80,7 +81,7 @@ def build_client(cfg: Mapping[str, Any]) -> LLMClient:
     backend = build_backend(cfg)
     cache = None
     if _get(cfg, "cache", True):
-        cache = ResponseCache(cfg.get("cache_path") or default_cache_dir() / "llm-cache.sqlite")
+        cache = ResponseCache(cfg.get("cache_path") or default_cache_dir() / LLM_CACHE)
     defaults = {
         name: cfg.get(name)
         for name in ("temperature", "top_p", "max_tokens")

@@ -143,6 +143,8 @@ class LocalLlamaBackend:
     # -- identity ---------------------------------------------------------------------
     def _path(self) -> Path:
         if self.model_path is not None:
+            if not self.model_path.is_file():
+                raise FileNotFoundError(f"llm.model_path: no model file at {self.model_path}")
             return self.model_path
         assert self.packaged is not None
         return self.packaged.locate(None)

@@ -13,8 +13,8 @@ Model ids (the model part of every response-cache key, and the run card's `model
 the file's content: a file whose sha256 is one of the packaged models' gets that model's
 stable id (`local/gemma3-270m-q4_k_m`: the id the project has always used for this file, so
 its cache entries keep hitting); any other GGUF is `local/<file stem>@<first 12 hex digits
-of its sha256>`, so two different files never share cache entries, and a renamed copy of a
-file is still the same model.
+of its sha256>`, so two different files never share cache entries or a run-card label; a
+copy of a packaged model's file keeps that model's id wherever it lies and whatever its name.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from memrl.llm.cache import default_cache_dir
+from memrl.cache import MODELS_DIR, default_cache_dir
 
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -51,7 +51,7 @@ def ensure_gemma_file(cache_dir: str | Path | None = None) -> Path:
     concurrent start never sees (or leaves) a partial file.
     """
     base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = base / "models" / GEMMA_FILE
+    target = base / MODELS_DIR / GEMMA_FILE
     if target.exists():
         return target
     try:

@@ -15,6 +15,8 @@ from typing import Any, Iterator, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from memrl.result_keys import no_effect
+
 from .entry import BankUpdate, MemoryEntry
 
 _GET_PAGE = 2000
@@ -26,9 +28,11 @@ class BankSettings(BaseModel):
     """The `bank` block of a memory module's config."""
 
     model_config = ConfigDict(extra="forbid")
-    collection: str = "memories"
-    host: str | None = None  # a Chroma server; None = embedded PersistentClient in the run dir
-    port: int = 8000
+    # where the bank lives; a run's bank dir claims its server collection, so a resume
+    # cannot move to another one (`_claim_server_collection`)
+    collection: str = no_effect("memories")
+    host: str | None = no_effect(None)  # a Chroma server; None = embedded PersistentClient in the run dir
+    port: int = no_effect(8000)
     ef_search: int = Field(256, ge=1)
     ef_construction: int = Field(256, ge=1)
     max_neighbors: int = Field(32, ge=2, description="HNSW M: links per node")

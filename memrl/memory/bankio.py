@@ -1,6 +1,6 @@
 """Reading banks from elsewhere: run directories, bank directories and JSONL exports.
 
-Used by the bank tools (`python -m memrl.bank`) and by `memory.bank.init_from` (a run seeded
+Used by the bank tools (`memrl bank`, memrl/cli/bank.py) and by `memory.bank.init_from` (a run seeded
 from another run's bank, e.g. cross-model transfer). A source is never modified: a Chroma
 directory is copied to a temporary directory and read from the copy (opening a Chroma
 directory may write to it).
@@ -10,8 +10,8 @@ Kinds of source:
   model, the memory module and the bank's collection name); for a run whose bank lives in a
   Chroma server, `<run>/bank/server.json` says where, and the entries are read over HTTP;
 - a bank directory: a Chroma persistent directory (`chroma.sqlite3`), optionally with a
-  `bank_meta.json` written by `memrl.bank copy/merge/import`;
-- a JSONL export (`memrl.bank export`): one `MemoryEntry` per line, with an optional
+  `bank_meta.json` written by `memrl bank copy/merge/import`;
+- a JSONL export (`memrl bank export`): one `MemoryEntry` per line, with an optional
   `<file>.meta.json` beside it.
 """
 
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memrl.records import write_json_atomic
+from memrl.rundir import RunDir
 
 from .bank import SERVER_CLAIM, ChromaBank
 from .entry import BankUpdate, MemoryEntry
@@ -53,7 +54,7 @@ class BankSource:
 
     @property
     def chroma_dir(self) -> Path:
-        return self.path / "bank" if self.kind == "run" else self.path
+        return RunDir(self.path).bank if self.kind == "run" else self.path
 
     def describe(self) -> dict[str, Any]:
         return {"path": str(self.path), "kind": self.kind, "collection": self.collection,
@@ -68,9 +69,10 @@ def resolve(path: str | Path) -> BankSource:
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
         return BankSource(p, "jsonl", embedder=meta.get("embedder"), model=meta.get("model"),
                           memory=meta.get("memory"), meta=meta)
-    server_claim = p / "bank" / SERVER_CLAIM
-    if (p / "bank" / CHROMA_FILE).exists() or server_claim.exists():
-        card_path = p / "run_card.json"
+    run = RunDir(p)
+    server_claim = run.bank / SERVER_CLAIM
+    if (run.bank / CHROMA_FILE).exists() or server_claim.exists():
+        card_path = run.card
         card = json.loads(card_path.read_text()) if card_path.exists() else {}
         mem = (card.get("config") or {}).get("memory") or {}
         meta: dict[str, Any] = {"run_card": str(card_path)} if card else {}
@@ -87,7 +89,7 @@ def resolve(path: str | Path) -> BankSource:
                           meta=meta)
     if not p.exists():
         raise BankSourceError(f"{p}: no such run directory, bank directory or .jsonl export")
-    raise BankSourceError(f"{p}: not a bank (expected a run directory with bank/{CHROMA_FILE}, "
+    raise BankSourceError(f"{p}: not a bank (expected a run directory with {RunDir.BANK}/{CHROMA_FILE}, "
                           f"a bank directory with {CHROMA_FILE}, or a .jsonl export)")
 
 

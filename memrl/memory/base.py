@@ -1,7 +1,7 @@
 """The memory seam. MemRL and every baseline implement the same calls, so a run differs
 only by `memory=<name>`.
 
-The two calls of DESIGN §3 are `retrieve(task)` and `learn(episodes)`. `learn` is split in
+The two calls of docs/design.md §3 are `retrieve(task)` and `learn(episodes)`. `learn` is split in
 three so a batch can be journaled and a crashed run resumed exactly:
 
 - `select`  per episode, in the worker thread, before the episode: model-side filtering of
@@ -11,6 +11,10 @@ three so a batch can be journaled and a crashed run resumed exactly:
 - `plan`    per batch, in task order: the bank changes as absolute values (`BankUpdate`).
             Reads the bank as of batch start; writes nothing.
 - `apply`   writes a planned update. Idempotent.
+
+`EntryMemory` holds the one recipe by which a module turns a batch's episodes into new
+bank entries (`new_entries`); `BankedMemory` adds the Chroma bank; `FrozenMemory` wraps a
+banked module whose bank is frozen (retrieve only).
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memrl.records import EpisodeResult, RetrievedMemory, Task
+from memrl.rundir import RunDir
 
-from .entry import BankUpdate
+from .entry import BankUpdate, MemoryEntry
 
 if TYPE_CHECKING:
     from memrl.llm.client import EpisodeLLM, LLMClient
@@ -41,6 +46,16 @@ class LearnItem:
     embedding: list[float] = field(default_factory=list)  # the task intent's embedding
 
 
+@dataclass
+class NewMemory:
+    """What a module stores for one episode; `EntryMemory.new_entries` makes the entry."""
+
+    experience: str
+    kind: str = ""
+    q: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
 class MemoryModule(ABC):
     name: str = "base"
     needs_llm: bool = False  # True when learning itself calls the model (e.g. writing)
@@ -57,6 +72,10 @@ class MemoryModule(ABC):
 
     def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
         """Called once per run with the run's tasks; returns facts for the run card."""
+        return self.prepare(tasks, seed)
+
+    def prepare(self, tasks: list[Task], seed: int) -> dict[str, Any]:
+        """The module's own set-up (e.g. resolving `delta: auto`) and its facts."""
         return {}
 
     # Pass@k-style modules: a task solved in an earlier epoch is not attempted again; its
@@ -93,7 +112,62 @@ class MemoryModule(ABC):
         return None
 
 
-class BankedMemory(MemoryModule):
+class EntryMemory(MemoryModule):
+    """A module that learns by storing one entry per episode. `new_entries` is the recipe
+    every such module writes with, in task order:
+
+    - an episode whose model call failed (`errored`) is skipped unless the settings'
+      `learn_from_errors` (`skips`);
+    - the module says what the episode stores (`_new_memory`; None: nothing);
+    - the entry's id is `e<epoch:03d>:<task id>` (`_entry_id`);
+    - its key is the task intent with the intent's embedding, the runner's when it has one,
+      else computed here (`_entry_key`; MemRL's near-duplicate intents share a key there);
+    - the entries are numbered on from the store's next insertion order (`_next_order`).
+    """
+
+    s: Any         # the module's settings (with `learn_from_errors`)
+    embedder: Any
+
+    def skips(self, errored: bool) -> bool:
+        """True for an errored episode the module must not learn from."""
+        return errored and not self.s.learn_from_errors
+
+    def new_entries(self, items: list[LearnItem]) -> list[MemoryEntry]:
+        out: list[MemoryEntry] = []
+        order = self._next_order()
+        for it in items:
+            if self.skips(it.errored):
+                continue
+            memory = self._new_memory(it)
+            if memory is None:
+                continue
+            intent, key = self._entry_key(it)
+            out.append(MemoryEntry(
+                memory_id=self._entry_id(it), intent=intent, experience=memory.experience,
+                embedding=key, q=memory.q, visits=0, success=bool(it.result.success),
+                epoch=it.epoch, task_id=it.task.task_id, kind=memory.kind,
+                injected_ids=[m.memory_id for m in it.injected], order=order, extra=memory.extra))
+            order += 1
+        return out
+
+    @abstractmethod
+    def _new_memory(self, it: LearnItem) -> NewMemory | None:
+        """What the episode stores, or None for nothing."""
+
+    @abstractmethod
+    def _next_order(self) -> int:
+        """The insertion order of the next entry."""
+
+    def _entry_id(self, it: LearnItem) -> str:
+        return f"e{it.epoch:03d}:{it.task.task_id}"
+
+    def _entry_key(self, it: LearnItem) -> tuple[str, list[float]]:
+        """(intent text, key embedding) of the episode's new entry."""
+        vec = it.embedding if it.embedding else self.embedder.embed([it.task.intent])[0]
+        return it.task.intent, [float(v) for v in vec]
+
+
+class BankedMemory(EntryMemory):
     """A module whose state is one `ChromaBank` under `<run_dir>/bank`, opened from the
     `bank` block of its settings. Writes go through `apply` only (journaled, idempotent).
 
@@ -102,13 +176,14 @@ class BankedMemory(MemoryModule):
     - `bank.init_from`: before anything else, an empty run bank is seeded with a copy of
       another bank (`bankio.seed_once`: once per run; a resumed run keeps its own bank);
       `bank.init_q: reset` starts the copies at the module's `q_init` with no visits;
-    - `bank.frozen`: retrieve only. `plan` returns an empty update, `digest` writes nothing
-      (no model call), `apply` writes nothing, whatever the subclass does otherwise.
+    - `bank.frozen`: retrieve only. `build` wraps the module in `FrozenMemory`: no plan, no
+      digest (no model call), no apply, whatever the module does otherwise.
     """
 
     @classmethod
-    def build(cls, settings: Any, *, run_dir: Path, embedder: Any) -> "BankedMemory":
-        return cls(settings, bank_dir=Path(run_dir) / "bank", embedder=embedder)
+    def build(cls, settings: Any, *, run_dir: Path, embedder: Any) -> "MemoryModule":
+        module = cls(settings, bank_dir=RunDir(run_dir).bank, embedder=embedder)
+        return FrozenMemory(module) if settings.bank.frozen else module
 
     def __init__(self, settings: Any, *, bank_dir: str | Path, embedder: Any):
         self.s = settings
@@ -121,34 +196,61 @@ class BankedMemory(MemoryModule):
             self.bank_facts["init_from"] = seed_once(
                 self.bank, bank_dir, settings.bank.init_from, embedder,
                 init_q=settings.bank.init_q, q_init=float(getattr(settings, "q_init", 0.0)))
-        self.frozen = bool(settings.bank.frozen)
-        if self.frozen:
-            self.bank_facts["frozen"] = True
-            # Instance attributes win over the subclass's methods, so one switch here freezes
-            # every banked module without each of them having to check it.
-            self.plan = self._frozen_plan  # type: ignore[method-assign]
-            self.digest = self._frozen_digest  # type: ignore[method-assign]
-            self.apply = self._frozen_apply  # type: ignore[method-assign]
-        if self.bank_facts:
-            own_setup = self.setup
 
-            def setup(tasks: list[Task], seed: int = 0) -> dict[str, Any]:
-                return {**own_setup(tasks, seed=seed), "bank": dict(self.bank_facts)}
+    def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
+        facts = self.prepare(tasks, seed)
+        return {**facts, "bank": dict(self.bank_facts)} if self.bank_facts else facts
 
-            self.setup = setup  # type: ignore[method-assign]
-
-    def _frozen_plan(self, items: list[LearnItem]) -> BankUpdate:
-        return BankUpdate()
-
-    def _frozen_digest(self, task: Task, result: EpisodeResult, *, epoch: int,
-                       llm: "EpisodeLLM | None") -> dict[str, Any] | None:
-        return None
-
-    def _frozen_apply(self, update: BankUpdate) -> None:
-        return None
+    def _next_order(self) -> int:
+        return self.bank.next_order
 
     def apply(self, update: BankUpdate) -> None:
         self.bank.apply(update)  # an added id that exists is replaced (upsert)
 
     def snapshot(self) -> list[dict[str, Any]]:
         return self.bank.snapshot()
+
+
+class FrozenMemory(MemoryModule):
+    """A banked module with its bank frozen (`bank.frozen`): it retrieves (and selects) as
+    the module does, and learns nothing: `plan` is empty, `digest` makes no model call,
+    `apply` writes nothing. Everything else is the wrapped module's."""
+
+    def __init__(self, inner: BankedMemory) -> None:
+        self.inner = inner
+        self.name, self.needs_llm, self.skip_solved = inner.name, inner.needs_llm, inner.skip_solved
+
+    def __getattr__(self, attr: str) -> Any:  # the wrapped module's own attributes (bank, s, ...)
+        if attr == "inner":
+            raise AttributeError(attr)
+        return getattr(self.inner, attr)
+
+    def attach_llm(self, llm: "LLMClient | None") -> None:
+        self.inner.attach_llm(llm)
+
+    def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
+        facts = self.inner.setup(tasks, seed=seed)
+        return {**facts, "bank": {**facts.get("bank", {}), "frozen": True}}
+
+    def retrieve(self, task: Task, *, seed: int = 0) -> list[RetrievedMemory]:
+        return self.inner.retrieve(task, seed=seed)
+
+    def select(self, task: Task, candidates: list[RetrievedMemory], *,
+               llm: "EpisodeLLM | None") -> list[RetrievedMemory]:
+        return self.inner.select(task, candidates, llm=llm)
+
+    def digest(self, task: Task, result: EpisodeResult, *, epoch: int,
+               llm: "EpisodeLLM | None") -> dict[str, Any] | None:
+        return None
+
+    def plan(self, items: list[LearnItem]) -> BankUpdate:
+        return BankUpdate()
+
+    def apply(self, update: BankUpdate) -> None:
+        return None
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return self.inner.snapshot()
+
+    def close(self) -> None:
+        self.inner.close()

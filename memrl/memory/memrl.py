@@ -1,4 +1,4 @@
-"""MemRL (DESIGN §4): a bank of (intent, experience, Q); two-phase retrieval (similarity gate
+"""MemRL (docs/design.md §4): a bank of (intent, experience, Q); two-phase retrieval (similarity gate
 then utility-aware ranking); Monte-Carlo utility updates of the injected memories; one new
 memory per episode written by the frozen model.
 
@@ -8,6 +8,7 @@ default is the paper's behaviour.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -17,14 +18,16 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from memrl.records import EpisodeResult, RetrievedMemory, Task
 
 from .bank import BankSettings
-from .base import BankedMemory, LearnItem
-from .entry import BankUpdate, MemoryEntry
+from .base import BankedMemory, LearnItem, NewMemory
+from .entry import BankUpdate
 from .retrieval import PhaseBOptions, phase_a, phase_b, similarity_quantile, update_q
 from .writer import ExperienceWriter
 
 if TYPE_CHECKING:
     from memrl.embed import Embedder
     from memrl.llm.client import EpisodeLLM
+
+log = logging.getLogger(__name__)
 
 
 class WriterSettings(BaseModel):
@@ -95,11 +98,17 @@ class MemRLMemory(BankedMemory):
             z_clip=settings.z_clip)
 
     # ------------------------------------------------------------------ set-up
-    def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
-        """Resolve `delta: auto` on the run's own task intents and embedder."""
+    def prepare(self, tasks: list[Task], seed: int) -> dict[str, Any]:
+        """Resolve `delta: auto` on the run's own task intents and embedder; log the δ in use."""
+        model = getattr(self.embedder, "model_id", type(self.embedder).__name__)
         if self.s.delta == "auto":
             emb = self.embedder.embed([t.intent for t in tasks])
             self.delta = similarity_quantile(emb, self.s.delta_quantile, seed=seed)
+            log.info("MemRL similarity gate: delta = %.4f (auto: the %g quantile of pairwise intent "
+                     "similarity over %d tasks, embedder %s)", self.delta, self.s.delta_quantile,
+                     len(tasks), model)
+        else:
+            log.info("MemRL similarity gate: delta = %.4f (configured; embedder %s)", self.delta, model)
         return {"delta": self.delta}
 
     def _embed(self, text: str) -> np.ndarray:
@@ -132,7 +141,7 @@ class MemRLMemory(BankedMemory):
                llm: "EpisodeLLM | None") -> dict[str, Any] | None:
         if not self.s.write_memories:
             return None
-        if result.errors and not self.s.learn_from_errors:
+        if self.skips(bool(result.errors)):
             return None  # `plan` skips an errored episode: spend no writer call on it
         return self.writer.write(task.intent, result, llm if self.s.write_mode == "llm" else None)
 
@@ -145,9 +154,8 @@ class MemRLMemory(BankedMemory):
         current = self.bank.get(used)
         q = {mid: e.q for mid, e in current.items()}
         visits = {mid: e.visits for mid, e in current.items()}
-        order = self.bank.next_order
         for it in items:
-            if it.errored and not self.s.learn_from_errors:
+            if self.skips(it.errored):
                 continue
             r = self.reward(it.result.success)
             for m in it.injected:
@@ -156,14 +164,21 @@ class MemRLMemory(BankedMemory):
                 q[m.memory_id] = update_q(q[m.memory_id], r, self.s.alpha, self.s.q_floor)
                 visits[m.memory_id] += 1
                 update.set_fields[m.memory_id] = {"q": q[m.memory_id], "visits": visits[m.memory_id]}
-            if self.s.write_memories and it.digest is not None:
-                update.add.append(self._new_entry(it, order))
-                order += 1
+        update.add = self.new_entries(items)
         return update
 
-    def _new_entry(self, it: LearnItem, order: int) -> MemoryEntry:
-        key_text = it.task.intent
-        key = list(map(float, it.embedding)) if it.embedding else self._embed(key_text).tolist()
+    def _new_memory(self, it: LearnItem) -> NewMemory | None:
+        if not self.s.write_memories or it.digest is None:
+            return None
+        q0 = (1.0 if it.result.success else 0.0) if self.s.q_init_by_outcome else self.s.q_init
+        if not it.result.success and self.s.q_init_failed is not None:
+            q0 = self.s.q_init_failed
+        return NewMemory(experience=it.digest["experience"], kind=it.digest.get("kind", ""), q=q0)
+
+    def _entry_key(self, it: LearnItem) -> tuple[str, list[float]]:
+        """The task's intent and embedding; with `dedup_threshold`, the key of the nearest
+        entry already in the bank when it is at least that similar (one key shared)."""
+        key_text, key = super()._entry_key(it)
         if self.s.dedup_threshold is not None:
             near = self.bank.query(np.asarray(key), 1)
             if near and near[0][1] >= self.s.dedup_threshold:
@@ -171,13 +186,4 @@ class MemRLMemory(BankedMemory):
                 if twin:
                     entry = next(iter(twin.values()))
                     key_text, key = entry.intent, entry.embedding
-        q0 = (1.0 if it.result.success else 0.0) if self.s.q_init_by_outcome else self.s.q_init
-        if not it.result.success and self.s.q_init_failed is not None:
-            q0 = self.s.q_init_failed
-        return MemoryEntry(
-            memory_id=f"e{it.epoch:03d}:{it.task.task_id}", intent=key_text,
-            experience=it.digest["experience"], embedding=key, q=q0, visits=0,
-            success=bool(it.result.success), epoch=it.epoch, task_id=it.task.task_id,
-            kind=it.digest.get("kind", ""), injected_ids=[m.memory_id for m in it.injected],
-            order=order)
-
+        return key_text, key

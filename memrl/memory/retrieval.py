@@ -1,4 +1,4 @@
-"""MemRL's two-phase retrieval as pure functions over arrays (DESIGN §4).
+"""MemRL's two-phase retrieval as pure functions over arrays (docs/design.md §4).
 
 Phase A keeps the top-k1 entries by cosine similarity among those with sim > δ.
 Phase B ranks that pool by (1-λ)·ẑ(sim) + λ·ẑ(Q), z-scores taken within the pool,

@@ -1,4 +1,4 @@
-"""Experience writing (DESIGN §4 "Write"): a success becomes a short reusable plan plus the
+"""Experience writing (docs/design.md §4 "Write"): a success becomes a short reusable plan plus the
 trajectory; a failure becomes a reflection plus the failed attempt. The prompts are plain
 text that ends where the model should continue, so base models and chat models both work.
 """

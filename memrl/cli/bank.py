@@ -1,4 +1,4 @@
-"""Bank tools: `python -m memrl.bank <command> ...`.
+"""Bank tools: `memrl bank <command> ...` (also `python -m memrl.cli bank ...`).
 
     top    RUN_OR_BANK [-n 10]          entries with the highest Q
     hist   RUN [--bins 10]              Q histograms per epoch (see `q_per_epoch`)
@@ -14,13 +14,16 @@
 RUN_OR_BANK is a run directory, a bank directory (what import/merge/copy write) or a .jsonl
 export. Sources are read from a temporary copy and never modified.
 
+The bank itself (the Chroma store) is memrl/memory/bank.py; reading banks from elsewhere is
+memrl/memory/bankio.py; this module is only the command line around them.
+
 A copied or merged bank is used by a run through the bank options every banked memory has:
     python -m memrl.run ... memory.bank.init_from=OUT memory.bank.frozen=true
 `init_from` seeds the new run's bank with a copy of OUT (ids prefixed "init:"); `frozen`
 makes the run retrieve only (no utility updates, no new memories).
 
 Memory merging across Lifelong OS and DB (paper App. C.2):
-    python -m memrl.bank merge runs/<os run> runs/<db run> merged_os_db --labels os,db
+    memrl bank merge runs/<os run> runs/<db run> merged_os_db --labels os,db
     python -m memrl.run <OS preset> memory.bank.init_from=merged_os_db memory.bank.frozen=true
     python -m memrl.run <DB preset> memory.bank.init_from=merged_os_db memory.bank.frozen=true
 """
@@ -42,6 +45,7 @@ from memrl.memory.bankio import (BankSource, BankSourceError, check_dims, check_
                                  write_jsonl, write_meta)
 from memrl.memory.entry import MemoryEntry
 from memrl.records import iter_jsonl
+from memrl.rundir import RunDir
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -171,9 +175,9 @@ def _print_hist(title: str, rows: list[dict[str, Any]], edges: np.ndarray) -> No
 
 def cmd_hist(args: argparse.Namespace) -> int:
     run = Path(args.run)
-    episodes = run / "episodes.jsonl"
+    episodes = RunDir(run).episodes
     if not episodes.exists():
-        raise BankSourceError(f"{run}: no episodes.jsonl (hist needs a run directory)")
+        raise BankSourceError(f"{run}: no {episodes.name} (hist needs a run directory)")
     records = list(iter_jsonl(episodes))
     src, entries = _load(str(run), args.collection)
     data = q_per_epoch(records, entries)
@@ -262,8 +266,8 @@ def cmd_copy(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------ CLI
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m memrl.bank", description=__doc__.split("\n\n")[0],
+def parser(prog: str = "memrl bank") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -320,15 +324,15 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "memrl bank") -> int:
+    args = parser(prog).parse_args(argv)
     if getattr(args, "n", 1) < 1 or getattr(args, "bins", 1) < 1:
-        print("memrl.bank: -n and --bins must be at least 1", file=sys.stderr)
+        print("memrl bank: -n and --bins must be at least 1", file=sys.stderr)
         return 2
     try:
         return int(args.fn(args))
     except BankSourceError as exc:
-        print(f"memrl.bank: {exc}", file=sys.stderr)
+        print(f"memrl bank: {exc}", file=sys.stderr)
         return 2
 
 

@@ -1,0 +1,74 @@
+"""The command line: one `memrl` command with a subcommand per tool.
+
+    memrl run [HYDRA OVERRIDES...]       one run, or a sweep with -m (memrl/run.py)
+    memrl report RUNS... --out DIR       tables and figures across runs (memrl/cli/report.py)
+    memrl metrics RUN_DIR                a run's metrics (memrl/cli/metrics.py)
+    memrl bank top|hist|export|import|merge|copy ...   memory banks (memrl/cli/bank.py)
+    memrl cache stats|clear|path         the cache folder (memrl/cli/cache.py)
+    memrl keys [--hydra]                 which config keys do not change results (memrl/cli/keys.py)
+    memrl db up|down|status              the Lifelong-DB MariaDB server (memrl_envs.lifelong.db_server)
+    memrl rootfs build|path              the Lifelong-OS root file system (memrl_envs.lifelong.os_rootfs)
+    memrl teach [HYDRA OVERRIDES...]     a teacher bank: the env's oracle plays once (memrl/teach.py)
+    memrl demo [--out DIR] [OVERRIDES...]  `make demo`: a teacher bank on ALFWorld (memrl/demo.py)
+
+Installed as a console script by `make setup` ([project.scripts] in pyproject.toml); without
+it, `python -m memrl.cli <subcommand> ...` is the same.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable, Sequence
+
+USAGE = __doc__.split("\n\n")[1]
+
+
+def _run(argv: list[str]) -> int:
+    """Hydra reads sys.argv: hand it the overrides as if `python -m memrl.run` was called."""
+    from memrl import run
+
+    saved = sys.argv
+    sys.argv = ["memrl run", *argv]
+    try:
+        run.main()
+    except SystemExit as exc:  # Hydra and memrl.run exit with the status themselves
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    finally:
+        sys.argv = saved
+    return 0
+
+
+def _tool(module: str, *, named: bool = True) -> Callable[[list[str]], int]:
+    """A subcommand that is `module.main(argv)` (`named`: it takes `prog` for its usage line)."""
+    def call(argv: list[str]) -> int:
+        import importlib
+
+        main = importlib.import_module(module).main
+        return int(main(argv, prog=f"memrl {module.rsplit('.', 1)[1]}") if named else main(argv))
+    return call
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "run": _run,
+    "report": _tool("memrl.cli.report"),
+    "metrics": _tool("memrl.cli.metrics"),
+    "bank": _tool("memrl.cli.bank"),
+    "cache": _tool("memrl.cli.cache"),
+    "keys": _tool("memrl.cli.keys"),
+    "db": _tool("memrl_envs.lifelong.db_server", named=False),
+    "rootfs": _tool("memrl_envs.lifelong.os_rootfs", named=False),
+    "teach": _tool("memrl.teach", named=False),
+    "demo": _tool("memrl.demo"),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print("usage: memrl <command> [args...]\n\n" + USAGE)
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command not in COMMANDS:
+        print(f"memrl: unknown command {command!r} (one of: {', '.join(COMMANDS)})", file=sys.stderr)
+        return 2
+    return COMMANDS[command](rest)

@@ -1,0 +1,106 @@
+"""`memrl cache stats|clear|path`: what the cache folder holds, and deleting one cache.
+
+    stats [--json]             every cache present: its files, size and entries
+    clear TARGET --yes         delete one cache (a target `stats` lists); without --yes it
+                               only says what would be deleted
+    path [TARGET]              the cache folder, or where one cache lives (e.g. `path mariadb`)
+
+The folder is $MEMRL_CACHE_DIR, else ~/.cache/memrl (`--dir` for another one); memrl/cache.py
+says what each cache is and how to move an older checkout's runs/.cache here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from memrl import cache
+
+
+def _db_live(path: Path) -> bool:
+    """A server may be using the folder: its pid file names a live process."""
+    from memrl_envs.lifelong.db_server import MariaDBServer
+
+    pid = MariaDBServer(path).pid()
+    return pid is not None and Path(f"/proc/{pid}").exists()
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    root = args.dir or cache.default_cache_dir()
+    rows = cache.inventory(root)
+    if args.json:
+        print(json.dumps({"dir": str(root), "caches": rows}, indent=2))
+        return 0
+    print(f"{root}: {len(rows)} entr{'y' if len(rows) == 1 else 'ies'}, "
+          f"{cache.human(sum(r['bytes'] for r in rows))}")
+    for r in rows:
+        print(f"  {r['target']:<16} {cache.human(r['bytes']):>10}  {r['entries']:<28} {r['what']}")
+    old = Path.cwd() / cache.OLD_CACHE_DIR
+    if old.is_dir() and old.resolve() != Path(root).resolve():
+        print(f"note: {old} holds caches of the older layout; see memrl/cache.py to move them here")
+    return 0
+
+
+def cmd_clear(args: argparse.Namespace) -> int:
+    root = args.dir or cache.default_cache_dir()
+    rows = {r["target"]: r for r in cache.inventory(root)}
+    if args.target not in rows:
+        raise cache.CacheError(f"{args.target!r}: not in {root} (it holds: {', '.join(sorted(rows)) or 'nothing'})")
+    row = rows[args.target]
+    if not args.yes:
+        print(f"would delete {args.target} ({cache.human(row['bytes'])}, {row['entries']}):")
+        for p in row["paths"]:
+            print(f"  {p}")
+        print("add --yes to delete it")
+        return 1
+    for p in cache.clear(args.target, root, is_live=_db_live):
+        print(f"deleted {p}")
+    return 0
+
+
+def cmd_path(args: argparse.Namespace) -> int:
+    root = args.dir or cache.default_cache_dir()
+    if args.target is None:
+        print(root)
+    elif args.target == cache.DB_DIR:
+        print(cache.db_dir(args.dir))
+    elif args.target in cache.by_target():
+        print(root / cache.by_target()[args.target].names[0])
+    else:
+        raise cache.CacheError(f"{args.target!r}: not a cache ({', '.join(cache.by_target())})")
+    return 0
+
+
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--dir", type=Path, default=None, help="the cache folder (default: $MEMRL_CACHE_DIR or ~/.cache/memrl)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sp = sub.add_parser("stats", help="what each cache holds")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_stats)
+    sp = sub.add_parser("clear", help="delete one cache")
+    sp.add_argument("target", help="a target `stats` lists (llm, embeddings, models, ...)")
+    sp.add_argument("--yes", action="store_true", help="really delete it")
+    sp.set_defaults(fn=cmd_clear)
+    sp = sub.add_parser("path", help="where the cache folder, or one cache, is")
+    sp.add_argument("target", nargs="?", default=None)
+    sp.set_defaults(fn=cmd_path)
+    return p
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "memrl cache") -> int:
+    args = parser(prog).parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except cache.CacheError as exc:
+        print(f"memrl: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""`memrl metrics RUN_DIR`: compute a run's metrics from its episode records, write
+metrics.json (and the plots), print them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from memrl.metrics import write_metrics
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "memrl metrics") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--no-plots", action="store_true", help="write metrics.json only")
+    ap.add_argument("--allow-missing", action="store_true", help="count missing (task, epoch) cells as failures")
+    args = ap.parse_args(argv)
+    try:
+        metrics = write_metrics(args.run_dir, plots=not args.no_plots, allow_missing=args.allow_missing)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"memrl.metrics: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(metrics, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""`memrl report RUN_OR_MULTIRUN_DIR... --out DIR`: tables and figures from run directories
+(found recursively). What is written and how it is computed: memrl/report/."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from memrl.report import build_report
+from memrl.report.grouping import REFERENCE
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "memrl report") -> int:
+    ap = argparse.ArgumentParser(
+        prog=prog, description="Tables and figures from run directories (found recursively).")
+    ap.add_argument("paths", nargs="+", type=Path, help="run directories or folders holding them")
+    ap.add_argument("--out", type=Path, required=True, help="output folder")
+    ap.add_argument("--n-boot", type=int, default=10_000, help="bootstrap draws (default 10000)")
+    ap.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    ap.add_argument("--reference", default=REFERENCE, help="memory name compared against (default memrl)")
+    args = ap.parse_args(argv)
+    try:
+        files = build_report(args.paths, args.out, n_boot=args.n_boot, seed=args.seed,
+                             reference=args.reference, warn=lambda m: print(m, file=sys.stderr))
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"report: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"report written to {args.out}:")
+    for name, path in files.items():
+        print(f"  {name:<28} {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""Tables, figures and statistics across run directories (the paper's Table 1/2, Fig. 5-7).
+
+One module per job:
+
+- `runs`      finding run directories and reading them (complete epochs only);
+- `grouping`  runs -> groups (mode, benchmark, method, swept keys; seeds within a group);
+- `stats`     Student-t intervals, the paired bootstrap, McNemar's test;
+- `tables`    Table 1, the comparisons with MemRL, Table 2 (CSV and Markdown);
+- `series`    the numbers behind the figures (curves, parameter sweeps, top-k grid, Q views);
+- `figures`   the figures themselves;
+- `build`     `build_report`, which writes all of them into one folder.
+
+Command line: ``memrl report RUN_OR_MULTIRUN_DIR... --out DIR`` (also
+``python -m memrl.report`` and ``python scripts/report.py``; memrl/cli/report.py).
+"""
+
+from memrl.report.build import build_report
+from memrl.report.grouping import Group, group_runs, swept_keys
+from memrl.report.runs import Run, find_runs, load_run
+from memrl.report.series import injected_q_by_epoch
+from memrl.report.stats import mcnemar, paired_bootstrap, t_interval
+from memrl.report.tables import eval_sr_curve
+
+__all__ = ["Group", "Run", "build_report", "eval_sr_curve", "find_runs", "group_runs",
+           "injected_q_by_epoch", "load_run", "mcnemar", "paired_bootstrap", "swept_keys",
+           "t_interval"]
