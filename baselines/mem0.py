@@ -466,6 +466,10 @@ class Mem0Memory(EntryMemory):
         self._next_order_value = max(self._next_order_value, int(record["order"]) + 1)
 
     # ------------------------------------------------------------------- state
+    def entry_count(self) -> int | None:
+        """Episodes applied to mem0's store (its ledger's lines)."""
+        return len(self._applied)
+
     @property
     def fallbacks(self) -> int:
         """Episodes stored as raw text because mem0's model step failed or was unparsable."""

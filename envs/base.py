@@ -11,8 +11,11 @@ An env is built from its validated settings, whole, and the name of an agent:
   follows from the chosen policy's ``needs_llm``;
 
 and an instance offers ``parallel_episodes`` (how many episodes may usefully run at once when
-there is no model to size the pool by), ``tasks()``, ``solve(...)``, ``sandbox_facts()`` (what
-confines its episodes, for the run card) and ``close()``.
+there is no model to size the pool by), ``tasks()``, ``solve(...)`` and ``close()``; and, for
+the run card and the run's guards, ``sandbox_facts()`` (what confines its episodes),
+``data_skipped()`` (task data left out while listing, each with its reason) and
+``model_clients()`` (model clients the env keeps of its own, e.g. a judge: the run preflights
+them, counts their spend and stops on their fatal errors).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from memrl.records import EpisodeResult, RetrievedMemory, Task
 
 if TYPE_CHECKING:
-    from memrl.llm.client import EpisodeLLM
+    from memrl.llm.client import EpisodeLLM, LLMClient
 
 
 class RetrievalDefaults(BaseModel):
@@ -132,6 +135,16 @@ class Env(ABC):
     def sandbox_facts(self) -> dict[str, Any]:
         """What confines this env's episodes (mode, caps enforced and missing, parallelism),
         recorded in each run-card session; default: nothing runs in a sandbox."""
+        return {}
+
+    def data_skipped(self) -> list[dict[str, str]]:
+        """Task data left out when the tasks were listed (a damaged game folder, a malformed
+        row), each as ``{"item": ..., "reason": ...}``; default none."""
+        return []
+
+    def model_clients(self) -> Mapping[str, "LLMClient"]:
+        """Model clients of the env's own, by the config key that sets them up (e.g.
+        ``{"env.judge": client}``); default none."""
         return {}
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from memrl.errors import ConfigError
 from memrl.result_keys import no_effect
 from memrl.runner import RunnerSettings
 
@@ -46,18 +47,15 @@ OmegaConf.register_new_resolver("memrl.paper_delta", paper_delta, replace=True)
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
-class ConfigError(ValueError):
-    """A configuration problem; the message names every offending key."""
-
-
 class ModelService(BaseModel):
-    """What the LLM and the embedder sections share: which model, where it is served, the
-    name of the environment variable holding its key, and its on-disk cache."""
+    """What the LLM and the embedder sections share: which model, the name of the
+    environment variable holding its key, and its on-disk cache. Where the model is served
+    (`api_base`) each declares itself: a chat model's identity is checked with its server
+    (so its URL does not change results), an embedder's is not (its URL still does)."""
 
     model_config = ConfigDict(extra="forbid")
     name: str
     model: str | None = None
-    api_base: str | None = None
     # name of the env var holding the key (never the key itself)
     api_key_env: str | None = no_effect(None)
     # a cache replays answers (or embeddings); it does not change them
@@ -65,8 +63,16 @@ class ModelService(BaseModel):
     cache_path: str | None = no_effect(None)
 
 
-class LLMSettings(ModelService):
+class ModelSettings(ModelService):
+    """A chat model's section: the run's `llm` and a benchmark's judge (envs/hle)."""
+
     backend: Literal["litellm", "local", "scripted"]
+    # where the model is served, not what it is: the cache and the resume check key on the
+    # model's identity (memrl.llm.litellm_backend), so a server may move to another port
+    api_base: str | None = no_effect(None)
+    # which model this is, for a self-hosted server that does not say (or to tell apart two
+    # models served under one name): part of the cache key and of the resume check
+    model_fingerprint: str | None = None
     timeout: float = no_effect(60.0, gt=0)
     max_concurrency: int = no_effect(8, ge=1)
     max_retries: int = no_effect(6, ge=0)
@@ -83,7 +89,7 @@ class LLMSettings(ModelService):
     # accepts images: true/false; null = litellm's model list (litellm), false (local)
     vision: bool | None = None
     # litellm: passed to litellm.completion as it is (e.g. {repeat_penalty: 1.0}); part of the
-    # model id, hence of the cache key
+    # model's identity, hence of the cache key (memrl.llm.litellm_backend)
     extra: dict[str, Any] = Field(default_factory=dict)
     # local: completion (plain text continued; base models) | chat (the file's chat template)
     mode: Literal["completion", "chat"] = "completion"
@@ -93,7 +99,7 @@ class LLMSettings(ModelService):
     prefix_block: int = no_effect(64, ge=1)
 
     @model_validator(mode="after")
-    def _check(self) -> "LLMSettings":
+    def _check(self) -> "ModelSettings":
         if self.backend == "litellm" and not self.model:
             raise ValueError("a litellm backend needs `model` (e.g. openai/gpt-4o-mini)")
         if self.extra and self.backend != "litellm":
@@ -112,8 +118,20 @@ class LLMSettings(ModelService):
         return self
 
 
+class LLMSettings(ModelSettings):
+    """The run's model (solver and memory writer), with the run's spend limits: the run
+    stops at a commit boundary before a batch would pass one (memrl.budget). A budget decides
+    when a run stops, never what it computes: the same command with a higher one continues."""
+
+    budget_usd: float | None = no_effect(None, gt=0, description="USD for the whole run; null = none")
+    budget_tokens: int | None = no_effect(None, gt=0, description="tokens for the whole run; null = none")
+
+
 class EmbedderSettings(ModelService):
     backend: Literal["minilm", "litellm", "hashing"]
+    # where an API embedder is served: part of its embedding cache key and of the resume
+    # check (no server identity is asked for embeddings)
+    api_base: str | None = None
     # the hashing embedder's dimension; MiniLM is 384-d and API models say theirs
     dim: int | None = Field(None, ge=2)
 

@@ -135,19 +135,15 @@ def power(n: int, p: float, alpha: float = ALPHA) -> float:
 
 def speed_of(run_dirs: Sequence[Path]) -> dict[str, Any]:
     """The embedded model's counters summed over the runs' sessions (run cards)."""
-    keys = ("calls", "prompt_tokens", "prompt_tokens_evaluated", "prompt_eval_s", "decode_tokens",
-            "decode_s", "wall_s")
-    tot = {k: 0.0 for k in keys}
+    from memrl.llm.local import SPEED_COUNTERS, speed_rates
+
+    tot = {k: 0.0 for k in SPEED_COUNTERS}
     for d in run_dirs:
         card = json.loads(RunDir(d).card.read_text())
         for s in card.get("sessions", []):
-            for k in keys:
+            for k in tot:
                 tot[k] += float(((s.get("llm") or {}).get("backend") or {}).get(k, 0) or 0)
-    rate = lambda a, b: tot[a] / tot[b] if tot[b] else None  # noqa: E731
-    return {**tot, "prompt_tokens_per_s": rate("prompt_tokens_evaluated", "prompt_eval_s"),
-            "effective_prompt_tokens_per_s": rate("prompt_tokens", "prompt_eval_s"),
-            "decode_tokens_per_s": rate("decode_tokens", "decode_s"),
-            "reused_share": 1 - tot["prompt_tokens_evaluated"] / tot["prompt_tokens"] if tot["prompt_tokens"] else None}
+    return {**tot, **speed_rates(tot)}
 
 
 def analyse(out: Path, teacher_dir: Path, dirs: dict[str, Path]) -> DemoResult:

@@ -84,10 +84,7 @@ def bench_prefix_reuse(teacher_run: str | Path, overrides: Sequence[str], n_prom
 
 
 def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    keys = ("calls", "prompt_tokens", "prompt_tokens_evaluated", "prompt_eval_s", "decode_tokens",
-            "decode_s", "wall_s")
-    d = {k: after[k] - before[k] for k in keys}
-    d["prompt_tokens_per_s"] = d["prompt_tokens_evaluated"] / d["prompt_eval_s"] if d["prompt_eval_s"] else None
-    d["effective_prompt_tokens_per_s"] = d["prompt_tokens"] / d["prompt_eval_s"] if d["prompt_eval_s"] else None
-    d["decode_tokens_per_s"] = d["decode_tokens"] / d["decode_s"] if d["decode_s"] else None
-    return d
+    from memrl.llm.local import SPEED_COUNTERS, speed_rates
+
+    d = {k: after[k] - before[k] for k in SPEED_COUNTERS}
+    return {**d, **speed_rates(d)}

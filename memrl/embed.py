@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from memrl.cache import EMBEDDING_CACHE, default_cache_dir
+from memrl.storage import writing
 
 
 @runtime_checkable
@@ -160,25 +161,33 @@ class HashingEmbedder:
         return l2_normalise(np.stack([self._vector(t) for t in texts]))
 
 
+_CACHE = "the embedding cache"
+_CACHE_HINT = ("free space / fix the file system, or move a corrupt file aside (or point "
+               "embedder.cache_path elsewhere), then run the same command again")
+
+
 class CachedEmbedder:
-    """Wraps an embedder with an SQLite cache keyed by (model id, text); embeds only misses."""
+    """Wraps an embedder with an SQLite cache keyed by (model id, text); embeds only misses.
+    A cache file that cannot be opened, read or written raises `memrl.storage.StorageError`
+    naming it and the cause."""
 
     def __init__(self, inner: Embedder, path: str | Path) -> None:
         self.inner = inner
         self.model_id = inner.model_id
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.hits = 0
         self.misses = 0
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(str(self.path), timeout=60.0, check_same_thread=False)
-        with self._lock:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute(
-                "CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, key TEXT NOT NULL,"
-                " vec BLOB NOT NULL, PRIMARY KEY (model, key))"
-            )
-            self._conn.commit()
+        with writing(self.path, _CACHE, hint=_CACHE_HINT, verb="open"):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(str(self.path), timeout=60.0, check_same_thread=False)
+            with self._lock:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute(
+                    "CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, key TEXT NOT NULL,"
+                    " vec BLOB NOT NULL, PRIMARY KEY (model, key))"
+                )
+                self._conn.commit()
 
     @property
     def dim(self) -> int:
@@ -190,7 +199,7 @@ class CachedEmbedder:
 
     def _lookup(self, keys: list[str]) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
-        with self._lock:
+        with writing(self.path, _CACHE, hint=_CACHE_HINT, verb="read"), self._lock:
             for i in range(0, len(keys), 500):  # stay under SQLite's parameter limit
                 chunk = keys[i : i + 500]
                 marks = ",".join("?" * len(chunk))
@@ -212,7 +221,7 @@ class CachedEmbedder:
         missing = [k for k in unique if k not in found]
         if missing:
             vecs = np.asarray(self.inner.embed([unique[k] for k in missing]), dtype=np.float32)
-            with self._lock:
+            with writing(self.path, _CACHE, hint=_CACHE_HINT), self._lock:
                 self._conn.executemany(
                     "INSERT OR REPLACE INTO embeddings (model, key, vec) VALUES (?, ?, ?)",
                     [(self.model_id, k, v.tobytes()) for k, v in zip(missing, vecs)],

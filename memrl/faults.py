@@ -8,8 +8,10 @@ were retried (`retries`) and how many calls still failed after the retries (`fai
 
 Kinds are the exception class names (litellm's: RateLimitError, InternalServerError,
 ServiceUnavailableError, Timeout, APIConnectionError, BadRequestError, ...); a reply whose
-text is empty or blank counts as `empty_reply` (it is not an error: the env decides what an
-empty action means).
+text is empty or blank counts as `empty_reply`, a fault like the others (in `faults`): an
+HTTP backend's empty reply is retried and never cached (memrl.llm.client), so it costs an
+attempt, not an answer. The embedded model's empty completions are its answers (the client
+keeps them): they are counted as `empty_answer`, not as faults.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections import Counter
 from typing import Any, Iterable, Mapping
 
 EMPTY_REPLY = "empty_reply"
+EMPTY_ANSWER = "empty_answer"
 
 
 class FaultTally:
@@ -56,7 +59,8 @@ class FaultTally:
         with self._lock:
             self._counts["attempts"] += 1
             if not (resp.text or "").strip():
-                self._counts[EMPTY_REPLY] += 1
+                fault = getattr(self.inner, "empty_reply_is_fault", False)
+                self._counts[EMPTY_REPLY if fault else EMPTY_ANSWER] += 1
         return resp
 
     def counts(self) -> dict[str, int]:
@@ -64,7 +68,7 @@ class FaultTally:
         with self._lock:
             out = dict(sorted(self._counts.items()))
         out.setdefault("attempts", 0)
-        out["faults"] = sum(v for k, v in out.items() if k not in ("attempts", EMPTY_REPLY))
+        out["faults"] = sum(v for k, v in out.items() if k not in ("attempts", EMPTY_ANSWER))
         return out
 
 

@@ -62,7 +62,9 @@ def success_matrix(
     if missing and not allow_missing:
         shown = ", ".join(f"{t}@epoch{e}" for t, e in missing[:10])
         more = f" (+{len(missing) - 10} more)" if len(missing) > 10 else ""
-        raise ValueError(f"{len(missing)} missing (task, epoch) cells: {shown}{more}")
+        raise ValueError(f"{len(missing)} missing (task, epoch) cells: {shown}{more} (an unfinished "
+                         "run, or a torn episodes file: the run's own command continues it and "
+                         "restores a torn last batch; --allow-missing counts them as failures)")
     col = {t: i for i, t in enumerate(task_ids)}
     row = {e: j for j, e in enumerate(epochs)}
     S = np.zeros((len(epochs), len(task_ids)), dtype=int)

@@ -1,10 +1,20 @@
 """Hydra entry point: `memrl run env=alfworld memory=memrl llm=local ...` (or
 `python -m memrl.run ...`).
 
-Wiring only: validate the composed config (memrl.config), check it against an existing run
-card and keep the card (memrl.runcard), build the objects (memrl.build), hand them to the
-Runner (memrl.runner), write the metrics (memrl.metrics). Re-running the same command on an
-unfinished run directory continues it; on a finished one it only re-writes the metrics.
+Wiring only: lock the run directory (memrl.lock), validate the composed config
+(memrl.config), check it against an existing run card and keep the card (memrl.runcard),
+build the objects (memrl.build), hand them to the Runner (memrl.runner) with the session's
+stop rules (memrl.guards: model preflight, error rate, budget, signals), write the metrics
+(memrl.metrics). Re-running the same command on an unfinished run directory continues it;
+on a finished one it only re-writes the metrics.
+
+Hydra's own record of the command (`.hydra/`) is written here, once the launch is accepted
+(configs/config.yaml sets `hydra.output_subdir: null`), so a refused launch (the directory
+is locked by another run, or holds a run with another config) leaves the run's record alone.
+
+Exit status: 0 finished; 1 failed (the run card's `error` says why); 2 a configuration or
+launch problem (`memrl: ...`, nothing run); 3 stopped at the budget; 130 / 143 interrupted
+by SIGINT / SIGTERM. Every stop but 2 leaves the run resumable with the same command.
 """
 
 from __future__ import annotations
@@ -12,15 +22,19 @@ from __future__ import annotations
 import gc
 import logging
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from memrl.config import CONFIG_DIR, ConfigError, validate
+from memrl.guards import EXIT_CONFIG, EXIT_FAILED, FAILED, INTERRUPTED, Gate, Interrupted, RunStopped, StopSignals, Tripwire
+from memrl.runcard import FINISHED, RunCard
 from memrl.rundir import RunDir
+from memrl.storage import StorageError
 
 log = logging.getLogger("memrl.run")
 
@@ -34,25 +48,73 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
+def write_hydra_record(rd: RunDir, cfg: DictConfig) -> None:
+    """`.hydra/{config,hydra,overrides}.yaml`, as Hydra writes them (module doc)."""
+    if not HydraConfig.initialized():
+        return
+    from memrl.storage import writing
+
+    files = {"config.yaml": cfg, "hydra.yaml": HydraConfig.instance().cfg,
+             "overrides.yaml": HydraConfig.get().overrides.task}
+    with writing(rd.hydra, "Hydra's record of the command"):
+        rd.hydra.mkdir(parents=True, exist_ok=True)
+        for name, node in files.items():
+            (rd.hydra / name).write_text(OmegaConf.to_yaml(node), encoding="utf-8")
+
+
+@contextmanager
+def env_errors() -> Iterator[None]:
+    """A ValueError while an env (or memory) is set up or lists its tasks is the user's to
+    fix (a missing folder, unknown task ids): `memrl: ...`, not a traceback."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
 def execute(cfg: DictConfig, run_dir: Path | RunDir) -> dict[str, Any]:
     """Run (or resume) one experiment in run_dir; returns the final metrics."""
-    from memrl import faults
-    from memrl.build import build
-    from memrl.logging_wandb import make_epoch_logger
-    from memrl.metrics import compute_metrics, load_run, write_metrics
-    from memrl.runcard import FINISHED, INTERRUPTED, RunCard
-    from memrl.runner import Runner
+    from memrl.lock import RunLock
 
     v = validate(cfg)
     config = OmegaConf.to_container(cfg, resolve=True)
     config.pop("hydra", None)
     rd = RunDir(run_dir).mkdir()
-    card = RunCard.resume(rd, config)  # before any object is built or model called
+    with RunLock(rd.lock, run_dir=rd.root):  # before anything reads the run's state
+        card = RunCard.resume(rd, config)  # before any object is built or model called
+        write_hydra_record(rd, cfg)
+        tripwire = Tripwire()
+        signals = StopSignals(tripwire).install()
+        try:
+            return _execute(cfg, v, config, rd, card, tripwire, signals)
+        finally:
+            signals.restore()
 
-    objs = build(v, rd.root)
+
+def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: "RunCard | None",
+             tripwire: Tripwire, signals: StopSignals) -> dict[str, Any]:
+    from memrl import faults
+    from memrl.budget import Budget, BudgetMeter, sessions_spend
+    from memrl.build import build
+    from memrl.logging_wandb import make_epoch_logger
+    from memrl.metrics import compute_metrics, load_run, write_metrics
+    from memrl.preflight import preflight, run_clients
+    from memrl.runner import Runner
+    from memrl.storage import writing
+
+    with env_errors():
+        objs = build(v, rd.root)
+    clients = run_clients(objs.llm, [objs.env, objs.eval_env])
+    for client in clients.values():
+        client.tripwire = tripwire
     tally = faults.FaultTally.attach(objs.llm) if objs.llm is not None else None
-    tasks = objs.env.tasks()
-    eval_tasks = objs.eval_env.tasks() if objs.eval_env is not None else None
+    with env_errors():
+        tasks = objs.env.tasks()
+        eval_tasks = objs.eval_env.tasks() if objs.eval_env is not None else None
+    if not tasks:
+        raise ConfigError("env: the selection holds no task (check env.task_ids / env.max_tasks)")
     setup_facts = objs.memory.setup(tasks, seed=v.seed)
     if card is None:
         card = RunCard.create(rd, config, model=objs.llm.backend.model_id if objs.llm else None,
@@ -60,32 +122,65 @@ def execute(cfg: DictConfig, run_dir: Path | RunDir) -> dict[str, Any]:
                               memory_setup=setup_facts)
     else:
         card.check_data(tasks)
+    card.record_skipped([*objs.env.data_skipped(),
+                         *(objs.eval_env.data_skipped() if objs.eval_env is not None else [])])
     session = card.start_session(sys.argv[1:])
     session["sandbox"] = objs.env.sandbox_facts()  # caps held / missing (envs/base.py)
     logger = make_epoch_logger(cfg.get("logger"), run_dir=rd.root, config=config)
+    budget = Budget(usd=v.llm.budget_usd, tokens=v.llm.budget_tokens)
+    meter = BudgetMeter(budget, clients=clients.values, prior=sessions_spend(card.sessions))
 
     def epoch_end(epoch: int) -> None:
-        metrics = write_metrics(rd, plots=False) if v.runner.metrics_every_epoch else None
+        with writing(rd.metrics, "the metrics"):
+            metrics = write_metrics(rd, plots=False) if v.runner.metrics_every_epoch else None
         if logger.active:
             logger.log_epoch(metrics or compute_metrics(load_run(rd)), epoch)
 
+    gate = Gate(max_error_rate=v.runner.max_error_rate, tripwire=tripwire, budget=meter,
+                signals=signals, on_start=lambda: card.check_models(preflight(clients)))
     runner = Runner(rd, env=objs.env, memory=objs.memory, llm=objs.llm, settings=v.runner,
-                    seed=v.seed, embed_intents=objs.embedder.embed, on_epoch_end=epoch_end)
-    status = INTERRUPTED
+                    seed=v.seed, embed_intents=objs.embedder.embed, on_epoch_end=epoch_end, gate=gate)
+    status, error = FAILED, None
     freeze_startup_heap()
     try:
         runner.run(tasks, eval_tasks)
         status = FINISHED
+    except RunStopped as exc:
+        status, error = exc.status, exc.message
+        raise
+    except (Interrupted, KeyboardInterrupt) as exc:
+        status, error = INTERRUPTED, str(exc) or "interrupted"
+        raise
+    except BaseException as exc:
+        error = str(exc) if isinstance(exc, (ConfigError, StorageError)) else f"{type(exc).__name__}: {exc}"
+        raise
     finally:
         gc.unfreeze()  # a multirun's next job in this process may collect this one's objects
+        try:
+            _close_session(card, session, status, error, objs, tally, meter, budget)
+        finally:
+            logger.finish(status)
+            objs.env.close()
+            if objs.eval_env is not None:
+                objs.eval_env.close()
+            objs.memory.close()
+    with writing(rd.metrics, "the metrics"):
+        return write_metrics(rd, plots=True)
+
+
+def _close_session(card: RunCard, session: dict[str, Any], status: str, error: str | None,
+                   objs: Any, tally: Any, meter: Any, budget: Any) -> None:
+    """Write the session's end into the run card. If the card cannot be written (the disk
+    that stopped the run is full), a run stopping for another reason reports that reason,
+    not the card's failure; a finished run reports the card."""
+    try:
         card.end_session(session, status, llm=objs.llm.totals() if objs.llm else {},
-                         faults=tally.counts() if tally is not None else {})
-        logger.finish(status)
-        objs.env.close()
-        if objs.eval_env is not None:
-            objs.eval_env.close()
-        objs.memory.close()
-    return write_metrics(rd, plots=True)
+                         faults=tally.counts() if tally is not None else {},
+                         spend=meter.session().to_dict(), budget=budget.to_dict(), error=error)
+    except (OSError, StorageError) as exc:
+        if status == FINISHED:
+            raise StorageError(card.path, str(exc), "the run card") from exc
+        log.error("could not write the run card %s as well: %s", card.path, exc)
 
 
 # an absolute path: the same search path whether this module is run (`python -m memrl.run`)
@@ -97,7 +192,18 @@ def main(cfg: DictConfig) -> None:
         metrics = execute(cfg, rd)
     except ConfigError as exc:
         print(f"memrl: {exc}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_CONFIG)
+    except RunStopped as exc:
+        print(f"memrl: the run stopped ({exc.status}) before committing the batch in hand: "
+              f"{exc.message}\n  run directory: {rd}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except StorageError as exc:  # nothing half-written is committed (the journal sees to it)
+        print(f"memrl: {exc}\n  run directory: {rd}", file=sys.stderr)
+        sys.exit(EXIT_FAILED)
+    except Interrupted as exc:
+        print(f"memrl: {exc}: nothing half-done was committed; run the same command to "
+              f"continue\n  run directory: {rd}", file=sys.stderr)
+        sys.exit(exc.exit_code)
     print(f"run directory: {rd}")
     print(f"  metrics:  {rd.metrics}  (Last {metrics['last']:.3f}, "
           f"CSR {metrics['csr']:.3f}, {metrics['n_tasks']} tasks x {metrics['epochs']} epochs)")

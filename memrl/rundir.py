@@ -13,7 +13,8 @@ tools, tests) takes its paths from a `RunDir`, so a file name exists once. Layou
       bank/                the memory bank (embedded Chroma, or a claim on a Chroma server)
       mem0/                memory=mem0 only: mem0's own store (vector store, history, ledger)
       bank_updates.jsonl   the log of bank updates (Q before -> after), one line per batch
-      state/               checkpoint.json, eval_checkpoint.json, journal.json, lock
+      state/               checkpoint.json, eval_checkpoint.json, journal.json, last_commit.json,
+                           lock (memrl.lock: held by the one process running the directory)
       .hydra/              Hydra's record of the composed config and the overrides
       run.log              Hydra's log of the job (the job is named after memrl/run.py)
       wandb/, wandb_run_id.txt   logger=wandb only
@@ -46,6 +47,7 @@ class RunDir:
     CHECKPOINT = "checkpoint.json"
     EVAL_CHECKPOINT = "eval_checkpoint.json"
     JOURNAL = "journal.json"
+    LAST_COMMIT = "last_commit.json"
     LOCK = "lock"
     HYDRA = ".hydra"
     LOG = "run.log"
@@ -112,6 +114,11 @@ class RunDir:
     @property
     def journal(self) -> Path:
         return self.state / self.JOURNAL
+
+    @property
+    def last_commit(self) -> Path:
+        """The journal of the last committed batch, kept to repair a torn episodes.jsonl."""
+        return self.state / self.LAST_COMMIT
 
     @property
     def lock(self) -> Path:

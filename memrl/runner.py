@@ -6,10 +6,17 @@ Commit protocol for one batch (paths named by `memrl.rundir.RunDir`):
   1. state/journal.json    ← the planned bank update and the batch's records (atomic write)
   2. bank/                 ← apply the update (idempotent: absolute values)
   3. episodes.jsonl        ← append the records (fsync)
-  4. state/checkpoint.json ← (epoch, batch) committed (atomic write); then the journal goes.
-On start, a journal newer than the checkpoint is re-applied; episode lines beyond the
-checkpoint (a torn append) are dropped. A batch that never reached its journal is replayed;
-the response cache makes that replay free and identical.
+  4. state/checkpoint.json ← (epoch, batch) committed and the bank's entry count (atomic
+                             write); then the journal becomes state/last_commit.json.
+On start (memrl.recovery): episode lines beyond the checkpoint (a torn append) are dropped,
+a committed last batch that lost records is restored from its copy, the bank's entry count
+is checked against the checkpoint's, and a journal newer than the checkpoint is re-applied.
+A batch that never reached its journal is replayed; the response cache makes that replay
+free and identical.
+
+What stops a run between batches (model errors that no retry cures, storage failures, too
+many errored episodes, a budget, SIGTERM / SIGINT) is decided by a `memrl.guards.Gate` at
+the commit boundaries: before a batch, after it is played, and around the commit.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
+from memrl import recovery
+from memrl.guards import STORAGE, Gate
 from memrl.llm.client import LLMClient
 from memrl.memory.base import LearnItem, MemoryModule
 from memrl.memory.entry import BankUpdate
@@ -35,6 +44,7 @@ from memrl.records import (EpisodeRecord, EpisodeResult, RetrievedMemory, Task, 
 from memrl.result_keys import extent, no_effect
 from memrl.rundir import RunDir
 from memrl.seeding import derive_seed
+from memrl.storage import StorageError, writing
 
 if TYPE_CHECKING:
     from memrl_envs.base import Env
@@ -48,6 +58,9 @@ class RunnerSettings(BaseModel):
     batch_size: int = Field(1, ge=1, description="B=1 is strictly online")
     progress: bool = no_effect(True)
     metrics_every_epoch: bool = no_effect(True)
+    # stop (uncommitted) when more than this fraction of a batch's (>= 2 episodes) or of an
+    # epoch's episodes ended errored (memrl.guards); decides when a run stops, not its results
+    max_error_rate: float = no_effect(0.5, ge=0.0, le=1.0)
     # transfer protocol: after each training epoch, evaluate the frozen bank on another split
     mode: Literal["train", "transfer"] = "train"
     eval_split: str | None = None
@@ -64,17 +77,26 @@ class RunnerSettings(BaseModel):
 class Checkpoint:
     epoch: int = 1
     batch: int = -1  # last committed batch of `epoch`; -1 = none yet
+    bank_entries: int | None = None  # the bank's entry count after that commit (None: unknown)
 
     def after(self, epoch: int, batch: int) -> bool:
         """True if (epoch, batch) is already committed."""
         return (epoch, batch) <= (self.epoch, self.batch)
+
+    @property
+    def last(self) -> tuple[int, int]:
+        return (self.epoch, self.batch)
+
+    @property
+    def any_committed(self) -> bool:
+        return self.batch >= 0 or self.epoch > 1
 
 
 class Runner:
     def __init__(self, run_dir: str | Path | RunDir, *, env: "Env", memory: MemoryModule,
                  llm: LLMClient | None, settings: RunnerSettings, seed: int,
                  embed_intents: Callable[[list[str]], Any] | None = None,
-                 on_epoch_end: Callable[[int], None] | None = None,
+                 on_epoch_end: Callable[[int], None] | None = None, gate: Gate | None = None,
                  reads_memories: bool | None = None):
         self.run_dir = RunDir(run_dir)
         # False for an oracle agent (its policy's `reads_memories`; None = ask the env): nothing
@@ -87,9 +109,13 @@ class Runner:
         self.s, self.seed = settings, seed
         self.embed_intents = embed_intents
         self.on_epoch_end = on_epoch_end
+        self.gate = gate or Gate(max_error_rate=settings.max_error_rate)
+        if llm is not None and llm.tripwire is None:
+            llm.tripwire = self.gate.tripwire
         self.episodes_path = self.run_dir.episodes
         self.ckpt_path = self.run_dir.checkpoint
         self.journal_path = self.run_dir.journal
+        self.last_commit_path = self.run_dir.last_commit
         self.eval_path = self.run_dir.eval_episodes
         self.eval_ckpt_path = self.run_dir.eval_checkpoint
         # episodes of one batch in parallel: as many as the model serves at once; with no
@@ -100,49 +126,76 @@ class Runner:
 
     # ------------------------------------------------------------- persistence
     def load_checkpoint(self) -> Checkpoint:
-        if not self.ckpt_path.exists():
+        d = recovery.read_state(self.ckpt_path, "the checkpoint", recovery.CHECKPOINT_FIX)
+        if d is None:
             return Checkpoint()
-        d = json.loads(self.ckpt_path.read_text())
-        return Checkpoint(epoch=int(d["epoch"]), batch=int(d["batch"]))
+        entries = d.get("bank_entries")
+        return Checkpoint(epoch=int(d["epoch"]), batch=int(d["batch"]),
+                          bank_entries=None if entries is None else int(entries))
 
-    def _truncate_episodes(self, ckpt: Checkpoint) -> None:
-        """Keep only records of committed batches (drops a torn or orphaned append)."""
-        if not self.episodes_path.exists():
-            return
-        keep = [r for r in iter_jsonl(self.episodes_path)
-                if ckpt.after(int(r["epoch"]), int(r["batch"]))]
+    def _write_episodes(self, records: list[dict]) -> None:
+        """Replace episodes.jsonl by `records` (atomic: a temp file, fsync, rename)."""
         tmp = self.episodes_path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            for r in keep:
-                fh.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.episodes_path)
+        with writing(self.episodes_path, "the episode records"):
+            with open(tmp, "w", encoding="utf-8") as fh:
+                for r in records:
+                    fh.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.episodes_path)
 
-    def recover(self) -> Checkpoint:
+    def recover(self, batches: Sequence[Sequence[Task]] | None = None) -> Checkpoint:
+        """Bring the run directory to its last commit (module doc): records of committed
+        batches only (the last one restored from its copy if a torn append cut it), the bank
+        checked against the checkpoint, a newer journal re-applied. Refuses (RunRefused) a
+        state it cannot trust, before changing anything."""
         ckpt = self.load_checkpoint()
-        if self.journal_path.exists():
-            j = json.loads(self.journal_path.read_text())
-            if not ckpt.after(j["epoch"], j["batch"]):
-                log.info("recovering batch %s of epoch %s from its journal", j["batch"], j["epoch"])
-                self._truncate_episodes(ckpt)
-                self._commit(j["epoch"], j["batch"], BankUpdate.from_dict(j["update"]),
-                             j["records"], journal_written=True)
-                return self.load_checkpoint()
-            self.journal_path.unlink()
-        self._truncate_episodes(ckpt)
+        journal = recovery.read_state(self.journal_path, "the commit journal", recovery.JOURNAL_FIX)
+        last_copy = recovery.read_state(self.run_dir.last_commit, "the last commit's copy",
+                                        recovery.LAST_COMMIT_FIX)
+        pending = journal is not None and not ckpt.after(journal["epoch"], journal["batch"])
+        if journal is not None and not pending:  # committed; its rename to last_commit was cut
+            last_copy = journal
+        records = recovery.read_records(self.episodes_path) if self.episodes_path.exists() else []
+        if batches is not None:
+            cells = recovery.committed_cells(ckpt.after, batches, max(ckpt.epoch, 1))
+            keep, restored = recovery.repair_records(self.episodes_path, records, cells,
+                                                     ckpt.last if ckpt.any_committed else None, last_copy)
+        else:
+            keep = [r for r in records if ckpt.after(int(r["epoch"]), int(r["batch"]))]
+            restored = 0
+        update = BankUpdate.from_dict(journal["update"]) if pending else None
+        recovery.check_bank(self.memory.entry_count(), ckpt.bank_entries, where=self.run_dir.bank,
+                            last=ckpt.last, low=len(update.delete) if update else 0,
+                            high=len(update.add) if update else 0)
+        if restored or self.episodes_path.exists():  # also drops a torn last line
+            self._write_episodes(keep)
+        if pending:
+            log.info("recovering batch %s of epoch %s from its journal", journal["batch"], journal["epoch"])
+            self._commit(journal["epoch"], journal["batch"], update, journal["records"],
+                         journal_written=True)
+            return self.load_checkpoint()
+        if journal is not None:
+            with writing(self.last_commit_path, "the last commit's copy"):
+                os.replace(self.journal_path, self.last_commit_path)
         return ckpt
 
     def _commit(self, epoch: int, batch: int, update: BankUpdate, records: list[dict],
                 journal_written: bool = False) -> None:
         if not journal_written:
-            write_json_atomic(self.journal_path, {"epoch": epoch, "batch": batch,
-                                                  "update": update.to_dict(), "records": records})
-        self.memory.apply(update)
-        append_jsonl(self.episodes_path, [json.dumps(r, ensure_ascii=False, sort_keys=True)
-                                          for r in records])
-        write_json_atomic(self.ckpt_path, {"epoch": epoch, "batch": batch})
-        self.journal_path.unlink(missing_ok=True)
+            with writing(self.journal_path, "the commit journal"):
+                write_json_atomic(self.journal_path, {"epoch": epoch, "batch": batch,
+                                                      "update": update.to_dict(), "records": records})
+        with writing(self.run_dir.bank, "the memory bank", any_error=True):
+            self.memory.apply(update)
+        with writing(self.episodes_path, "the episode records"):
+            append_jsonl(self.episodes_path, [json.dumps(r, ensure_ascii=False, sort_keys=True)
+                                              for r in records])
+        with writing(self.ckpt_path, "the checkpoint"):
+            write_json_atomic(self.ckpt_path, {"epoch": epoch, "batch": batch,
+                                               "bank_entries": self.memory.entry_count()})
+        with writing(self.last_commit_path, "the last commit's copy"):
+            os.replace(self.journal_path, self.last_commit_path)
 
     # ------------------------------------------------------------------ episodes
     def _episode_seed(self, epoch: int, task: Task) -> int:
@@ -164,13 +217,16 @@ class Runner:
             memories = self.memory.select(task, memories, llm=ep_llm)
             result = self.env.solve(task, memories, ep_llm, seed)
         except Exception as exc:  # an adapter bug must not lose the batch: record it
-            log.error("episode %s crashed: %s", task.task_id, traceback.format_exc())
+            self._trip_on_storage(exc)
+            if self.gate.tripwire.tripped is None:  # else the run is stopping: said once, by the gate
+                log.error("episode %s crashed: %s", task.task_id, traceback.format_exc())
             result = EpisodeResult(success=False, reward=0.0, steps=0,
                                    errors=[f"env crash: {type(exc).__name__}: {exc}"])
         errored = bool(result.errors)
         try:
             digest = self.memory.digest(task, result, epoch=epoch, llm=ep_llm) if learn else None
         except Exception as exc:
+            self._trip_on_storage(exc)
             log.error("digest of %s failed: %s", task.task_id, traceback.format_exc())
             digest = None
             result.errors.append(f"memory digest: {type(exc).__name__}: {exc}")
@@ -190,6 +246,11 @@ class Runner:
         item = LearnItem(task=task, result=result, injected=memories, epoch=epoch, digest=digest,
                          errored=errored, embedding=self._embeddings.get(task.task_id, []))
         return record, item
+
+    def _trip_on_storage(self, exc: BaseException) -> None:
+        """A storage failure inside an episode stops the run (it is not the episode's)."""
+        if isinstance(exc, StorageError):
+            self.gate.tripwire.trip(STORAGE, str(exc))
 
     def _carried(self, epoch: int, batch: int, task: Task, seed: int) -> tuple[EpisodeRecord, LearnItem]:
         """A task already solved by a module that does not re-attempt solved tasks."""
@@ -214,17 +275,18 @@ class Runner:
         if not tasks:
             raise ValueError("the environment listed no tasks")
         eval_tasks = list(eval_tasks or [])
+        B = self.s.batch_size
+        batches = [tasks[i:i + B] for i in range(0, len(tasks), B)]
+        eval_batches = [eval_tasks[i:i + B] for i in range(0, len(eval_tasks), B)]
+        ckpt = self.recover(batches)
+        eval_ckpt = self._recover_eval()
         if self.embed_intents is not None:
             everything = tasks + eval_tasks
             vecs = self.embed_intents([t.intent for t in everything])
             self._embeddings = {t.task_id: [float(x) for x in v] for t, v in zip(everything, vecs)}
-        ckpt = self.recover()
-        eval_ckpt = self._recover_eval()
         self._solved = {r["task_id"] for r in iter_jsonl(self.episodes_path) if r["success"]}
-        B = self.s.batch_size
-        batches = [tasks[i:i + B] for i in range(0, len(tasks), B)]
-        eval_batches = [eval_tasks[i:i + B] for i in range(0, len(eval_tasks), B)]
-        with ThreadPoolExecutor(max_workers=max(1, self.workers)) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, self.workers))
+        try:
             for epoch in range(1, self.s.epochs + 1):
                 todo = [b for b in range(len(batches)) if not ckpt.after(epoch, b)]
                 if todo:
@@ -234,11 +296,21 @@ class Runner:
                 eval_todo = [b for b in range(len(eval_batches)) if not eval_ckpt.after(epoch, b)]
                 if eval_todo:
                     eval_ckpt = self._eval_epoch(pool, epoch, eval_batches, eval_todo)
+        except BaseException:
+            # a stop: episodes not yet started never start; the ones in flight end at their
+            # next model call (the tripped client fails it at once)
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
         return ckpt
 
     def _progress(self, total: int, done: int, desc: str) -> tqdm:
         return tqdm(total=total, initial=done, desc=desc, disable=not self.s.progress, unit="task",
                     dynamic_ncols=True)
+
+    def _errored_so_far(self, path: Path, epoch: int) -> int:
+        """Errored episodes of `epoch` already committed to `path` (a resumed epoch)."""
+        return sum(1 for r in iter_jsonl(path) if int(r["epoch"]) == epoch and r.get("errors"))
 
     def _train_epoch(self, pool: ThreadPoolExecutor, epoch: int, batches: list[list[Task]],
                      todo: list[int]) -> Checkpoint:
@@ -246,45 +318,67 @@ class Runner:
         done = total - sum(len(batches[b]) for b in todo)
         bar = self._progress(total, done, f"epoch {epoch}/{self.s.epochs}")
         wins = 0
-        for b in todo:
-            batch = batches[b]
-            memories = [self._retrieve(t, derive_seed(self.seed, "retrieve", epoch, t.task_id))
-                        for t in batch]
-            outs = list(pool.map(lambda tm: self._play(epoch, b, tm[0], tm[1]), zip(batch, memories)))
-            records = [asdict(r) for r, _ in outs]
-            update = self.memory.plan([item for _, item in outs])
-            self._commit(epoch, b, update, records)
-            self._solved.update(r["task_id"] for r in records if r["success"])
-            wins += sum(r["success"] for r in records)
-            bar.update(len(batch))
-            bar.set_postfix(solved=wins)
-        bar.close()
+        errored = self._errored_so_far(self.episodes_path, epoch)
+        try:
+            for b in todo:
+                batch = batches[b]
+                self.gate.before_batch(len(batch))
+                memories = [self._retrieve(t, derive_seed(self.seed, "retrieve", epoch, t.task_id))
+                            for t in batch]
+                outs = list(pool.map(lambda tm: self._play(epoch, b, tm[0], tm[1]), zip(batch, memories)))
+                records = [asdict(r) for r, _ in outs]
+                errored += self.gate.after_batch(records, epoch=epoch, batch=b, errored_before=errored,
+                                                 epoch_size=total)
+                update = self.memory.plan([item for _, item in outs])
+                with self.gate.committing():
+                    self._commit(epoch, b, update, records)
+                self.gate.committed(len(batch))
+                self._solved.update(r["task_id"] for r in records if r["success"])
+                wins += sum(r["success"] for r in records)
+                bar.update(len(batch))
+                bar.set_postfix(solved=wins, **self.gate.postfix())
+        finally:
+            bar.close()
         return Checkpoint(epoch, todo[-1])
 
     # ------------------------------------------------------------ transfer eval
     def _recover_eval(self) -> Checkpoint:
-        ckpt = Checkpoint(**json.loads(self.eval_ckpt_path.read_text())) \
-            if self.eval_ckpt_path.exists() else Checkpoint()
+        d = recovery.read_state(self.eval_ckpt_path, "the evaluation checkpoint", recovery.CHECKPOINT_FIX)
+        ckpt = Checkpoint(epoch=int(d["epoch"]), batch=int(d["batch"])) if d else Checkpoint()
         if self.eval_path.exists():
-            keep = [r for r in iter_jsonl(self.eval_path) if ckpt.after(int(r["epoch"]), int(r["batch"]))]
+            keep = [r for r in recovery.read_records(self.eval_path)
+                    if ckpt.after(int(r["epoch"]), int(r["batch"]))]
             tmp = self.eval_path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in keep))
-            os.replace(tmp, self.eval_path)
+            with writing(self.eval_path, "the evaluation records"):
+                tmp.write_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in keep))
+                os.replace(tmp, self.eval_path)
         return ckpt
 
     def _eval_epoch(self, pool: ThreadPoolExecutor, epoch: int, batches: list[list[Task]],
                     todo: list[int]) -> Checkpoint:
         total = sum(map(len, batches))
         bar = self._progress(total, total - sum(len(batches[b]) for b in todo), f"eval after epoch {epoch}")
-        for b in todo:
-            batch = batches[b]
-            memories = [self._retrieve(t, derive_seed(self.seed, "eval-retrieve", epoch, t.task_id))
-                        for t in batch]
-            outs = list(pool.map(lambda tm: self._play(epoch, b, tm[0], tm[1], learn=False),
-                                 zip(batch, memories)))
-            append_jsonl(self.eval_path, [json.dumps(asdict(r), ensure_ascii=False, sort_keys=True)
-                                          for r, _ in outs])
-            write_json_atomic(self.eval_ckpt_path, {"epoch": epoch, "batch": b})
-            bar.update(len(batch))
-        bar.close()
+        errored = self._errored_so_far(self.eval_path, epoch)
+        try:
+            for b in todo:
+                batch = batches[b]
+                self.gate.before_batch(len(batch))
+                memories = [self._retrieve(t, derive_seed(self.seed, "eval-retrieve", epoch, t.task_id))
+                            for t in batch]
+                outs = list(pool.map(lambda tm: self._play(epoch, b, tm[0], tm[1], learn=False),
+                                     zip(batch, memories)))
+                records = [asdict(r) for r, _ in outs]
+                errored += self.gate.after_batch(records, epoch=epoch, batch=b, errored_before=errored,
+                                                 epoch_size=total)
+                with self.gate.committing():
+                    with writing(self.eval_path, "the evaluation records"):
+                        append_jsonl(self.eval_path, [json.dumps(r, ensure_ascii=False, sort_keys=True)
+                                                      for r in records])
+                    with writing(self.eval_ckpt_path, "the evaluation checkpoint"):
+                        write_json_atomic(self.eval_ckpt_path, {"epoch": epoch, "batch": b})
+                self.gate.committed(len(batch))
+                bar.update(len(batch))
+                bar.set_postfix(**self.gate.postfix())
+        finally:
+            bar.close()
         return Checkpoint(epoch, todo[-1])

@@ -435,3 +435,34 @@ def test_memory_text_without_trajectory_is_shown_as_stored():
     block = format_memories_as_episodes([RetrievedMemory("m", "cool an apple.", "NOTE: the fridge.", 0.0, 0.5, 0.5)],
                                         lambda i: f"Your task is to: {i}")
     assert "(outcome not recorded)" in block and "Your task is to: cool an apple.\nNOTE: the fridge." in block
+
+
+# -- damaged data (issue 13.7) ------------------------------------------------------------
+
+
+@needs_data
+def test_a_game_folder_without_its_game_file_is_reported_and_keeps_its_place(tmp_path, cache_dir):
+    """Before: a trial folder without game.tw-pddl was dropped silently, the next game took
+    its place in max_tasks, and naming it in task_ids said "unknown task ids". Now: it keeps
+    its place (max_tasks=2 plays the second game only), the env reports it with the reason,
+    and naming it says its game file is missing."""
+    import shutil
+
+    root = tmp_path / "alfworld"
+    for game in GAMES[:3]:
+        shutil.copytree(VALID_SEEN / game, root / "json_2.1.1" / "valid_seen" / game)
+    damaged = root / "json_2.1.1" / "valid_seen" / GAMES[0]
+    (damaged / "game.tw-pddl").unlink()
+    env = make_env(cache_dir, agent="expert", data_root=root, max_tasks=2)
+    assert [t.task_id for t in env.tasks()] == [GAMES[1]]
+    assert env.data_skipped() == [{"item": GAMES[0], "reason": f"no game.tw-pddl in {damaged} (a damaged download?)"}]
+    with pytest.raises(ValueError, match=r"task ids whose game cannot be played: .*game.tw-pddl") as info:
+        make_env(cache_dir, agent="expert", data_root=root, task_ids=[GAMES[0]]).tasks()
+    assert "unknown task ids" not in str(info.value)
+
+
+def test_an_unset_alfworld_data_says_how_to_set_it(monkeypatch):
+    mod = alfworld_module()
+    with pytest.raises(ValueError) as info:
+        mod.AlfworldSettings()
+    assert "ALFWORLD_DATA" in str(info.value) and "???" not in str(info.value)

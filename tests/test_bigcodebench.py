@@ -60,6 +60,12 @@ def test_malformed_rows_are_reported_by_line_and_skipped(tmp_path):
     assert "mixed.jsonl:7: entry_point 'task func' is not a Python identifier" in skipped
     assert "mixed.jsonl:8: expected a JSON object" in skipped
     assert report.problems[1].libs == ("collections",)
+    # the env hands the same list to the run card, one {item, reason} per row (issue 13.7)
+    env = bcb_env(data_path=str(path), part="all")
+    assert [t.task_id for t in env.tasks()] == ["Tiny/1", "Tiny/2"]
+    listed = env.data_skipped()
+    assert len(listed) == 6 and listed[0]["item"] == "mixed.jsonl:2"
+    assert listed[0]["reason"].startswith("not valid JSON")
 
 
 def test_a_source_without_usable_rows_is_an_error(tmp_path):

@@ -21,7 +21,8 @@ from memrl.faults import FaultTally, episode_summary, error_kind
 from memrl.llm.base import LLMError, LLMRequest
 from memrl.llm.client import LLMClient, retry_after_seconds
 from memrl.rundir import RunDir
-from memrl.testing.fault_server import FAULTS, NO_ACTION_REPLY, FaultPlan, FaultServer, reply_for
+from memrl.testing.fault_server import (FAULTS, NO_ACTION_REPLY, TRANSIENT_FAULTS, FaultPlan, FaultServer,
+                                        reply_for)
 
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
 KEY_ENV = "MEMRL_FAULT_TEST_KEY"
@@ -43,7 +44,7 @@ def test_fault_draws_are_repeatable_with_the_configured_rates():
     draws = [plan.choose(f"request {i}", 0, "") for i in range(4000)]
     assert draws == [plan.choose(f"request {i}", 0, "") for i in range(4000)]
     assert 0.17 < sum(d is not None for d in draws) / len(draws) < 0.23
-    assert set(draws) - {None} == set(FAULTS)  # every class occurs
+    assert set(draws) - {None} == set(TRANSIENT_FAULTS)  # every transient class, never a fatal one
     # a retry of the same request is a new draw; another seed is another run
     assert any(plan.choose(f"request {i}", 0, "") != plan.choose(f"request {i}", 1, "") for i in range(50))
     assert draws != [FaultPlan.mixed(0.2, seed=4).choose(f"request {i}", 0, "") for i in range(4000)]
@@ -158,14 +159,41 @@ def test_a_fault_that_outlasts_the_retries_is_an_llm_error(client_for, fault, ex
     assert tally.counts()[exc_name] == 2 and tally.counts()["faults"] == 2
 
 
-@pytest.mark.parametrize("fault,text", [("empty_content", ""), ("no_action", NO_ACTION_REPLY)])
-def test_empty_and_actionless_replies_are_answers_not_errors(client_for, fault, text):
-    with FaultServer(FaultPlan(rates={fault: 1.0})) as server:
+def test_an_actionless_reply_is_an_answer_not_an_error(client_for):
+    with FaultServer(FaultPlan(rates={"no_action": 1.0})) as server:
         client, tally = client_for(server)
-        assert client.complete(REQUEST).text == text
+        assert client.complete(REQUEST).text == NO_ACTION_REPLY
         assert server.counts()["requests"] == 1
-    assert client.totals()["retries"] == 0
-    assert tally.counts().get("empty_reply", 0) == (1 if fault == "empty_content" else 0)
+    assert client.totals()["retries"] == 0 and tally.counts()["faults"] == 0
+
+
+def test_an_empty_reply_is_a_transient_fault_never_cached(client_for, tmp_path):
+    """Issue 13.6. Before: HTTP 200 with empty content was the answer, cached, and it fed Q.
+    Now: retried like a 503, counted as a fault, never cached; one that outlasts the retries
+    fails the call."""
+    from memrl.llm.cache import ResponseCache
+
+    cache = ResponseCache(tmp_path / "llm.sqlite")
+    with FaultServer(FaultPlan(rates={"empty_content": 1.0}, cure_after=2)) as server:
+        client, tally = client_for(server, max_retries=3)
+        client.cache = cache
+        assert client.complete(REQUEST).text.strip() == "look"
+        assert server.counts()["empty_content"] == 2 and server.counts()["requests"] == 3
+    assert client.totals()["retries"] == 2 and client.totals()["calls"] == 1
+    assert tally.counts()["empty_reply"] == 2 and tally.counts()["faults"] == 2
+    assert len(cache) == 1 and cache.get(next(iter(_keys(cache)))).text.strip() == "look"
+    with FaultServer(FaultPlan(rates={"empty_content": 1.0})) as server:
+        client, tally = client_for(server, max_retries=1)
+        client.cache = ResponseCache(tmp_path / "other.sqlite")
+        with pytest.raises(LLMError, match="EmptyReplyError"):
+            client.complete(REQUEST)
+        assert server.counts()["requests"] == 2
+    assert len(client.cache) == 0 and client.totals()["failures"] == 1
+
+
+def _keys(cache) -> list[str]:
+    with cache._lock:
+        return [k for (k,) in cache._conn.execute("SELECT key FROM responses")]
 
 
 def test_retry_after_reaches_the_client(client_for):

@@ -137,6 +137,11 @@ def test_malformed_rows_are_reported_and_skipped(tmp_path, caplog) -> None:
     assert any("not a JSON object" in s.reason for s in res.skipped)
     assert len(res.skipped) == 8
     assert "skipped 8 malformed row(s)" in caplog.text
+    env = HLEEnv(HLESettings(data_path=str(path)), agent="gold",  # the list the run card records
+                 judge=fast_client(ScriptedBackend(fair_judge, model_id="judge")))
+    assert len(env.tasks()) == 2
+    listed = env.data_skipped()
+    assert len(listed) == 8 and {"item": "row 1 (id no-answer)", "reason": reasons["no-answer"]} in listed
 
 
 def test_image_values_are_normalised() -> None:

@@ -110,6 +110,7 @@ def test_loader_keeps_good_rows_parses_literals_and_reports_the_rest(data_file):
     assert set(reasons) == {"4", "5", "6", "7"}
     assert "evaluation_info" in reasons["4"] and "empty" in reasons["5"]
     assert "only bash" in reasons["6"] and "not a Python literal" in reasons["7"]
+    assert env.data_skipped() == [{"item": f"sample {s.key}", "reason": s.reason} for s in env.skipped]
     with pytest.raises(ValueError, match="unknown Lifelong-OS task"):
         env.task("os-99")
 

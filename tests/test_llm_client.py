@@ -298,9 +298,10 @@ def fake_server(monkeypatch) -> Iterator[str]:
 def test_litellm_backend_end_to_end(fake_server) -> None:
     from memrl.llm.litellm_backend import LiteLLMBackend
 
-    _FakeOpenAI.script = [_err(429, {"Retry-After": "0"}), _err(503), _ok("hello there"), _ok(None), _err(400)]
+    _FakeOpenAI.script = [_err(429, {"Retry-After": "0"}), _err(503), _ok("hello there"), _ok(None),
+                          _ok("again then"), _err(400)]
     backend = LiteLLMBackend("openai/fake-model", api_base=fake_server, api_key_env="FAKE_KEY", timeout=10)
-    assert backend.model_id == f"openai/fake-model@{fake_server}"
+    assert backend.model_id == "openai/fake-model"  # where it is served is not what it is
     client = LLMClient(backend, max_retries=3, backoff_base=0.001, backoff_max=0.01)
     req = LLMRequest(messages=(("system", "s"), ("user", "u")), max_tokens=9, stop=("END",), seed=3)
     resp = client.complete(req)
@@ -311,13 +312,14 @@ def test_litellm_backend_end_to_end(fake_server) -> None:
     body = _FakeOpenAI.bodies[-1]
     assert body["messages"] == [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
     assert body["max_tokens"] == 9 and body["stop"] == ["END"] and body["seed"] == 3
-    # content None -> ""
-    assert client.complete(LLMRequest(messages=(("user", "again"),))).text == ""
+    # content None is an empty reply: a provider fault, retried
+    assert client.complete(LLMRequest(messages=(("user", "again"),))).text == "again then"
+    assert client.totals()["retries"] == 3
     # 400 is not transient: one request, then LLMError wrapping litellm.BadRequestError
     with pytest.raises(LLMError) as info:
         client.complete(LLMRequest(messages=(("user", "bad"),)))
     assert type(info.value.__cause__).__name__ == "BadRequestError"
-    assert len(_FakeOpenAI.bodies) == 5
+    assert len(_FakeOpenAI.bodies) == 6
 
 
 def test_litellm_exceptions_classified(fake_server) -> None:

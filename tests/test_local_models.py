@@ -80,7 +80,47 @@ def test_factory_passes_local_settings_and_litellm_extra():
     lite = build_backend({"backend": "litellm", "model": "text-completion-openai/gemma",
                           "api_base": "http://127.0.0.1:9/v1", "extra": {"repeat_penalty": 1.0}})
     assert lite.extra == {"repeat_penalty": 1.0}
-    # the settings that change answers are part of the id, hence of every cache key
-    plain = build_backend({"backend": "litellm", "model": "text-completion-openai/gemma",
-                           "api_base": "http://127.0.0.1:9/v1"})
-    assert lite.model_id != plain.model_id and "repeat_penalty" in lite.model_id
+    # the settings that change answers are part of the model's identity, hence of every cache
+    # key (the name stays the name), whether the identity is the name or a server's fingerprint
+    for where in ({}, {"api_base": "http://127.0.0.1:9/v1", "model_fingerprint": "f1"}):
+        cfg = {"backend": "litellm", "model": "text-completion-openai/gemma", **where}
+        plain, tuned = build_backend(cfg), build_backend({**cfg, "extra": {"repeat_penalty": 1.0}})
+        assert tuned.model_id == plain.model_id == "text-completion-openai/gemma"
+        assert tuned.cache_identity == plain.cache_identity + '|extra={"repeat_penalty":1.0}'
+        assert tuned.identity()["key"] == tuned.cache_identity
+        assert tuned.identity()["extra"] == {"repeat_penalty": 1.0}
+
+
+def test_the_local_model_identity_is_its_file_and_a_resume_with_another_is_refused(tmp_path):
+    """One home for what the embedded model is: the id derived from the file is the cache
+    identity and what the run card's resume check compares (as a served model's fingerprint)."""
+    from memrl.llm.client import LLMClient
+    from memrl.preflight import identity
+    from memrl.guards import RunRefused
+    from memrl.runcard import RunCard
+
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    a.write_bytes(b"model a")
+    b.write_bytes(b"model b")
+    ident = identity(LLMClient(LocalLlamaBackend(model_path=a)))
+    assert ident["key"] == ident["model"] == LocalLlamaBackend(model_path=a).model_id
+    assert ident["source"] == "model file (name and sha256)" and ident["file"] == str(a)
+    assert LLMClient(LocalLlamaBackend(model_path=a)).cache_identity == ident["key"]
+    packaged_ident = LocalLlamaBackend(model="smollm2-135m-instruct-q4_1", mode="chat")
+    assert packaged_ident.model_id == "local/smollm2-135m-instruct-q4_1/chat"
+
+    card = RunCard(tmp_path / "run", {})
+    card.check_models({"llm": ident})  # the first session records it
+    card.check_models({"llm": identity(LLMClient(LocalLlamaBackend(model_path=a)))})  # same file: fine
+    with pytest.raises(RunRefused, match="another model"):
+        card.check_models({"llm": identity(LLMClient(LocalLlamaBackend(model_path=b)))})
+
+
+def test_speed_rates_of_the_counters():
+    from memrl.llm.local import SPEED_COUNTERS, speed_rates
+
+    counts = {**SPEED_COUNTERS, "prompt_tokens": 1000, "prompt_tokens_evaluated": 100, "prompt_eval_s": 0.5,
+              "decode_tokens": 30, "decode_s": 0.6}
+    assert speed_rates(counts) == {"prompt_tokens_per_s": 200.0, "effective_prompt_tokens_per_s": 2000.0,
+                                   "decode_tokens_per_s": pytest.approx(50.0), "reused_share": 0.9}
+    assert set(speed_rates(dict(SPEED_COUNTERS)).values()) == {None}  # nothing timed, no rate

@@ -17,7 +17,7 @@ from memrl.rundir import RunDir
 REPO = Path(__file__).resolve().parents[1]
 # names specific enough that a string literal spelling one is a copy of RunDir's
 SPECIFIC = [RunDir.CARD, RunDir.EPISODES, RunDir.EVAL_EPISODES, RunDir.METRICS, RunDir.CHECKPOINT,
-            RunDir.EVAL_CHECKPOINT, RunDir.JOURNAL, RunDir.BANK_UPDATES, RunDir.WANDB_RUN_ID]
+            RunDir.EVAL_CHECKPOINT, RunDir.JOURNAL, RunDir.LAST_COMMIT, RunDir.BANK_UPDATES, RunDir.WANDB_RUN_ID]
 
 
 def test_paths():
@@ -29,7 +29,7 @@ def test_paths():
              rd.wandb: "wandb", rd.wandb_run_id: "wandb_run_id.txt"}
     assert all(p == Path("/r") / name for p, name in named.items())
     state = {rd.checkpoint: "checkpoint.json", rd.eval_checkpoint: "eval_checkpoint.json",
-             rd.journal: "journal.json", rd.lock: "lock"}
+             rd.journal: "journal.json", rd.last_commit: "last_commit.json", rd.lock: "lock"}
     assert all(p == Path("/r/state") / name for p, name in state.items())
 
 

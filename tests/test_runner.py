@@ -173,7 +173,7 @@ def test_finished_run_is_not_replayed(tmp_path):
     runner, env, _, backend = make_runner(tmp_path / "a")
     runner.run(env.tasks())
     assert backend.calls == 0
-    assert json.loads(RunDir(tmp_path / "a").checkpoint.read_text()) == {"epoch": 3, "batch": 2}
+    assert json.loads(RunDir(tmp_path / "a").checkpoint.read_text()) == {"epoch": 3, "batch": 2, "bank_entries": 15}
 
 
 def test_skip_solved_carries_success_without_model_calls(tmp_path):

@@ -10,6 +10,8 @@ tests/fixtures/configs (add them with `hydra.searchpath=[file://<that dir>]`).
 from __future__ import annotations
 
 import hashlib
+import os
+import time
 
 from pydantic import Field
 
@@ -24,6 +26,8 @@ INTENTS = ["stack the red block on the table", "stack the blue block on the shel
 class TinySettings(EnvSettings):
     name: str = "tiny"
     n_tasks: int = Field(4, ge=1, le=len(INTENTS))
+    # task ids whose data is "damaged": left out of the listing and reported (data_skipped)
+    broken: list[str] = Field(default_factory=list)
 
 
 class TinyEnv(Env):
@@ -39,10 +43,13 @@ class TinyEnv(Env):
 
     def _list_tasks(self) -> list[Task]:
         s = self.s
-        tasks = [Task(f"t{i}", INTENTS[i]) for i in range(s.n_tasks)]
+        tasks = [Task(f"t{i}", INTENTS[i]) for i in range(s.n_tasks) if f"t{i}" not in s.broken]
         if s.task_ids:
             tasks = [t for t in tasks if t.task_id in set(s.task_ids)]
         return tasks[:s.max_tasks] if s.max_tasks else tasks
+
+    def data_skipped(self) -> list[dict[str, str]]:
+        return [{"item": t, "reason": "damaged test data"} for t in self.s.broken]
 
     def solve(self, task, memories, llm, seed):
         policy = self.new_policy(llm, memories)
@@ -56,3 +63,10 @@ class TinyEnv(Env):
 def reply(request) -> str:
     """The scripted model: a hash of the last message (deterministic, outcome-changing)."""
     return hashlib.sha256(request.messages[-1][1].encode()).hexdigest()
+
+
+def slow_reply(request) -> str:
+    """`reply`, after $TINY_REPLY_DELAY seconds (tests that act on a run while it runs; the
+    delay is not part of the config, so the same command can be run fast or slow)."""
+    time.sleep(float(os.environ.get("TINY_REPLY_DELAY", "0")))
+    return reply(request)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Sequence
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from memrl.llm.client import EpisodeLLM
 
 _SAVE_EVERY = 20
+log = logging.getLogger(__name__)
 
 
 class AlfworldPolicy(Policy):
@@ -103,6 +105,7 @@ class AlfworldEnv(Env):
         self.cache = catalog.GameInfoCache(settings.cache_dir)
         speedups.set_disk_dir(self.cache.path.parent)  # PDDL translations, next to the game facts
         self.show_progress = show_progress
+        self._skipped: list[dict[str, str]] = []  # game folders left out, with the reason
         self._demos: dict[tuple[str, str], list[str]] = {}  # (style, task type) -> demonstrations
         if self.policy_cls.demonstrations and settings.num_demos > 0:
             path = Path(settings.prompts_file) if settings.prompts_file is not None \
@@ -126,12 +129,21 @@ class AlfworldEnv(Env):
             missing = [t for t in s.task_ids if t not in by_id]
             if missing:
                 raise ValueError(f"unknown task ids for split {s.split!r} ({self.split_dir}): {missing[:5]}")
+            damaged = [f"{t}: {by_id[t].problem}" for t in s.task_ids if by_id[t].problem]
+            if damaged:
+                raise ValueError(f"task ids whose game cannot be played: {'; '.join(damaged[:5])}: "
+                                 f"{catalog.DATA_HINT}")
             wanted = set(s.task_ids)
             entries = [e for e in entries if e.task_id in wanted]
         chosen: list[tuple[catalog.GameEntry, str]] = []
+        self._skipped = []
         for entry in entries:
-            if s.max_tasks is not None and len(chosen) >= s.max_tasks:
+            if s.max_tasks is not None and len(chosen) + len(self._skipped) >= s.max_tasks:
                 break
+            if entry.problem is not None:  # keeps its place: the next game does not move up
+                log.warning("alfworld: skipping %s: %s", entry.task_id, entry.problem)
+                self._skipped.append({"item": entry.task_id, "reason": entry.problem})
+                continue
             digest = catalog.file_digest(entry.game_file)
             if catalog.is_solvable(entry.game_file, self.cache, digest):
                 chosen.append((entry, digest))
@@ -175,6 +187,9 @@ class AlfworldEnv(Env):
         finally:
             bar.close()
             self.cache.save()
+
+    def data_skipped(self) -> list[dict[str, str]]:
+        return list(self._skipped)
 
     # -- episodes --------------------------------------------------------------------
     def _entry_for(self, task: Task) -> catalog.GameEntry:

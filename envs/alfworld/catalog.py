@@ -41,6 +41,7 @@ class GameEntry:
     task_id: str  # trial folder relative to the split folder, posix
     game_file: Path
     family: str  # e.g. pick_two_obj_and_place
+    problem: str | None = None  # why the folder cannot be played (a damaged download)
 
     @property
     def task_type(self) -> str:
@@ -69,7 +70,9 @@ def split_folder(data_root: Path, split: str) -> Path:
 
 
 def candidate_games(split_dir: Path) -> list[GameEntry]:
-    """Trial folders with a game file and a known task type, sorted by task id (cheap: no parsing)."""
+    """Trial folders of a known task type, sorted by task id (cheap: no parsing). A folder
+    that lacks its game file is listed with its `problem` (it keeps its place in the order,
+    so a damaged download never lets another game take its place in `max_tasks`)."""
     found = []
     for traj in split_dir.glob(f"*/*/{TRAJ_FILE}"):
         trial = traj.parent
@@ -78,9 +81,10 @@ def candidate_games(split_dir: Path) -> list[GameEntry]:
             continue
         game = trial / GAME_FILE
         prefix = task_id.split("-", 1)[0]
-        if prefix not in TASK_TYPES or not game.is_file():
+        if prefix not in TASK_TYPES:
             continue
-        found.append(GameEntry(task_id=task_id, game_file=game, family=prefix))
+        problem = None if game.is_file() else f"no {GAME_FILE} in {trial} (a damaged download?)"
+        found.append(GameEntry(task_id=task_id, game_file=game, family=prefix, problem=problem))
     found.sort(key=lambda e: e.task_id)
     return found
 

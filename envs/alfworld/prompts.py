@@ -30,28 +30,20 @@ MEMORY_FORMATS = ("episode", "text")
 TASK_MARKER = "Your task is to: "
 STOP = ("\n",)  # an action is one line
 
-INSTRUCTION = (
+_COMMANDS = (
     "You control an agent inside a text-based simulation of a household. After each '>' "
     "write exactly one command on a single line; the environment replies on the next line.\n"
     "Commands: go to <place>, open <receptacle>, close <receptacle>, take <object> from "
     "<place>, put <object> in/on <place>, clean <object> with <place>, heat <object> with "
     "<place>, cool <object> with <place>, use <object>, examine <thing>, inventory, look.\n"
     "Name things exactly as the environment does, numbers included (e.g. 'cabinet 2'). "
-    "To reason or plan without acting, write 'think: <your thoughts>'; the reply is 'OK.' "
-    "and nothing changes. A command the environment does not understand has no effect "
-    "('Nothing happens.'). The task is over as soon as its goal holds."
 )
-# The same without thinking: for act-only demonstrations.
-INSTRUCTION_ACT = (
-    "You control an agent inside a text-based simulation of a household. After each '>' "
-    "write exactly one command on a single line; the environment replies on the next line.\n"
-    "Commands: go to <place>, open <receptacle>, close <receptacle>, take <object> from "
-    "<place>, put <object> in/on <place>, clean <object> with <place>, heat <object> with "
-    "<place>, cool <object> with <place>, use <object>, examine <thing>, inventory, look.\n"
-    "Name things exactly as the environment does, numbers included (e.g. 'cabinet 2'). "
-    "A command the environment does not understand has no effect ('Nothing happens.'). "
-    "The task is over as soon as its goal holds."
-)
+_THINK = ("To reason or plan without acting, write 'think: <your thoughts>'; the reply is 'OK.' "
+          "and nothing changes. ")
+_NO_EFFECT = ("A command the environment does not understand has no effect ('Nothing happens.'). "
+              "The task is over as soon as its goal holds.")
+INSTRUCTION = _COMMANDS + _THINK + _NO_EFFECT  # with ReAct's demonstrations
+INSTRUCTION_ACT = _COMMANDS + _NO_EFFECT  # the same without thinking: act-only demonstrations
 INSTRUCTIONS = {"react": INSTRUCTION, "act": INSTRUCTION_ACT}
 
 

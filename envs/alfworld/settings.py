@@ -16,7 +16,7 @@ SPLITS = ("valid_train", "valid_seen", "valid_unseen", "train")
 
 class AlfworldSettings(EnvSettings):
     name: str = "alfworld"
-    data_root: str = data_location(description="ALFWorld data folder ($ALFWORLD_DATA)")
+    data_root: str | None = data_location(None, description="ALFWorld data folder ($ALFWORLD_DATA)")
     split: Literal[SPLITS] = "valid_train"
     max_steps: int = Field(30, ge=1, description="actions per episode (think: actions count)")
     prompts_file: str | None = None
@@ -32,6 +32,9 @@ class AlfworldSettings(EnvSettings):
 
     @model_validator(mode="after")
     def _check_paths(self) -> "AlfworldSettings":
+        if self.data_root is None:
+            raise ValueError("data_root: not set: set ALFWORLD_DATA to the ALFWorld data folder or "
+                             "pass env.data_root=<folder> (`make data-alfworld` downloads the data)")
         root = Path(self.data_root).expanduser()
         split_dir = root / "json_2.1.1" / self.split
         if not split_dir.is_dir():

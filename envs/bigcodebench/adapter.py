@@ -95,6 +95,13 @@ class BigCodeBenchEnv(Env):
         self.split_path: Path | None = None
         self._problems: dict[str, loader.BCBProblem] = {}
 
+    def data_skipped(self) -> list[dict[str, str]]:
+        out = []
+        for line in self.skipped_rows:  # "<where>: <reason>"
+            where, _, reason = line.partition(": ")
+            out.append({"item": where, "reason": reason or line})
+        return out
+
     # -- tasks -----------------------------------------------------------------------
     def _list_tasks(self) -> list[Task]:
         s = self.s

@@ -127,6 +127,15 @@ class HLEEnv(Env):
                              f"{len(self.loaded.skipped)} malformed rows skipped)")
         return [self._task(q) for q in chosen]
 
+    def data_skipped(self) -> list[dict[str, str]]:
+        if self.loaded is None:
+            return []
+        return [{"item": f"row {k.row}" + (f" (id {k.id})" if k.id else ""), "reason": k.reason}
+                for k in self.loaded.skipped]
+
+    def model_clients(self) -> Mapping[str, LLMClient]:
+        return {"env.judge": self.judge.client}
+
     @staticmethod
     def _task(q: HLEQuestion) -> Task:
         payload = {"question": q.question, "answer": q.answer, "answer_type": q.answer_type,

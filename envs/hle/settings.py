@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from memrl.config import LLMSettings
+from memrl.config import ModelSettings
 from memrl.result_keys import data_location, no_effect
 from memrl_envs.base import EnvSettings
 
@@ -16,11 +16,11 @@ from memrl_envs.base import EnvSettings
 CLIENT_FIELDS = (
     "backend", "model", "api_base", "api_key_env", "timeout", "max_concurrency", "max_retries",
     "temperature", "top_p", "max_tokens", "cache", "cache_path", "n_ctx", "n_threads",
-    "model_path", "script", "backoff_base", "backoff_max",
+    "model_path", "script", "backoff_base", "backoff_max", "model_fingerprint",
 )
 
 
-class JudgeSettings(LLMSettings):
+class JudgeSettings(ModelSettings):
     """The model that grades answers: its own backend, model, key and base URL.
 
     `examples`: worked verdicts shown before the one asked for (a base model such as the

@@ -432,9 +432,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=None, help="also listen on 127.0.0.1:PORT")
     args = parser.parse_args(argv)
     from memrl.cache import db_dir
+    from memrl.errors import cli_exit
 
     server = MariaDBServer(args.dir or db_dir(), port=args.port)
-    try:
+
+    def act() -> int:
         if args.action == "up":
             address = server.acquire("cli")
             print(json.dumps({"running": True, **asdict(address), "port": server.status()["port"]}))
@@ -444,10 +446,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             status = server.status()
             print(json.dumps(status))
             return 0 if status["running"] else 1
-    except ServerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return 0
+
+    return cli_exit(act, ServerError, 2)
 
 
 if __name__ == "__main__":

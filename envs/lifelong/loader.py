@@ -300,6 +300,9 @@ class TaskListing:
                      payload={"key": key, **self._payload(t)})
                 for key, t in self._load().items()]
 
+    def data_skipped(self) -> list[dict[str, str]]:
+        return [{"item": f"sample {k.key}", "reason": k.reason} for k in self.skipped]
+
     def _payload(self, task: Any) -> dict[str, Any]:
         """What a task's `payload` carries besides its key."""
         return {"skills": list(task.skills)}

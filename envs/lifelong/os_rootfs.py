@@ -265,17 +265,17 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("path", help="print its path; exit 1 when it is not built")
     p.add_argument("--root", default=None)
     args = parser.parse_args(argv)
-    try:
+    from memrl.errors import cli_exit
+
+    def act() -> None:
         if args.cmd == "build":
             path = build_rootfs(args.root, mirror=args.mirror, force=args.force)
             info = build_info(path) or {}
             print(f"{path} (built in {info.get('seconds', '?')} s, {info.get('size_mb', '?')} MB)")
         else:
             print(ensure_rootfs(args.root))
-    except RootfsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+
+    return cli_exit(act, RootfsError, 1)
 
 
 if __name__ == "__main__":

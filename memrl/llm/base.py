@@ -137,6 +137,10 @@ class LLMError(RuntimeError):
     """A model call that still failed after the configured retries."""
 
 
+class MissingKeyError(RuntimeError):
+    """The environment variable that should hold the model's API key is not set."""
+
+
 class UnsupportedContentError(LLMError):
     """The request holds content (an image) the model cannot take; raised before any call."""
 

@@ -8,6 +8,9 @@ sampled answers stay distinct per sample and replay exactly on a rerun.
 Multi-part content (text and images) enters the key as a list of parts, an image by the
 sha256 of its URL; plain-string content enters as the string, and `response_format` only
 when it is set, so the key of a text-only request is the same as before either existed.
+
+A cache file that cannot be opened, read or written (a full disk, a read-only file system,
+a corrupt file) raises `memrl.storage.StorageError` naming the file and the cause.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import threading
 from pathlib import Path
 
 from memrl.llm.base import Content, ImagePart, LLMRequest, LLMResponse
+from memrl.storage import writing
 
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
@@ -54,23 +58,29 @@ def request_key(model_id: str, request: LLMRequest) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+WHAT = "the LLM response cache"
+HINT = ("it holds paid responses: free space / fix the file system, or move a corrupt file "
+        "aside (or point llm.cache_path elsewhere), then run the same command again")
+
+
 class ResponseCache:
     """Thread-safe key → `LLMResponse` store; one connection guarded by a lock."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        # timeout: wait for other processes' write locks instead of failing at once.
-        self._conn = sqlite3.connect(str(self.path), timeout=60.0, check_same_thread=False)
-        with self._lock:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute(_SCHEMA)
-            self._conn.commit()
+        with writing(self.path, WHAT, hint=HINT, verb="open"):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # timeout: wait for other processes' write locks instead of failing at once.
+            self._conn = sqlite3.connect(str(self.path), timeout=60.0, check_same_thread=False)
+            with self._lock:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+                self._conn.execute(_SCHEMA)
+                self._conn.commit()
 
     def get(self, key: str) -> LLMResponse | None:
-        with self._lock:
+        with writing(self.path, WHAT, hint=HINT, verb="read"), self._lock:
             row = self._conn.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
@@ -95,7 +105,7 @@ class ResponseCache:
             },
             ensure_ascii=False,
         )
-        with self._lock:
+        with writing(self.path, WHAT, hint=HINT), self._lock:
             self._conn.execute(
                 "INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", (key, value)
             )

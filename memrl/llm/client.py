@@ -24,7 +24,25 @@ good. The run card counts them too (`retries`, `failures`).
 
 Accounting: `client.totals()` counts what this process spent (backend calls, their tokens and
 cost; cache hits separately). A cached response keeps the tokens and cost recorded when it was
-first made, so an episode's `meter` reads the same on a replay as on the original run.
+first made, so an episode's `meter` reads the same on a replay as on the original run. A
+response is counted when it arrives, before it is cached, so a paid answer that the cache
+could not store is still counted (memrl.budget reads these totals).
+
+Errors that stop the run (memrl.guards): a non-transient provider error (`is_fatal`: bad or
+missing key, no permission, no such model, a request the provider rejects, a prompt past the
+context window; not a content-policy refusal, which belongs to one prompt) and a response
+cache that cannot be read or written (`memrl.storage.StorageError`) trip the client's
+`tripwire` when it has one; from then on every call fails at once without reaching the
+backend, so the batch in flight ends quickly and the runner stops before committing it.
+
+Empty replies: a backend that says `empty_reply_is_fault` (an HTTP API, where a 200 with empty
+content is a provider fault) has an empty or blank reply retried like a transient error
+(`EmptyReplyError`), never cached; if it outlasts the retries the call fails. The embedded
+model's empty completion is its answer and stays one.
+
+Cache keys use the backend's `cache_identity` (what the model is: the model name for hosted
+APIs, the name plus what a self-hosted server reports, see memrl.llm.litellm_backend), else
+its `model_id`. `probe()` makes one short uncached call (the run's preflight).
 """
 
 from __future__ import annotations
@@ -37,7 +55,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
@@ -47,12 +65,15 @@ from memrl.llm.base import (
     LLMError,
     LLMRequest,
     LLMResponse,
+    MissingKeyError,
     UnsupportedContentError,
     UsageMeter,
     as_content,
     has_images,
 )
+from memrl.guards import MODEL, STORAGE, Tripwire
 from memrl.llm.cache import ResponseCache, request_key
+from memrl.storage import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +91,56 @@ _TRANSIENT_NAMES = frozenset(
 )
 _TRANSIENT_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
+# Errors no retry cures and no other prompt avoids: the run stops (is_fatal).
+_FATAL_NAMES = frozenset(
+    {
+        "AuthenticationError",          # 401: bad key
+        "PermissionDeniedError",        # 403
+        "NotFoundError",                # 404: no such model (or endpoint)
+        "BadRequestError",              # 400: a request the provider will never take
+        "ContextWindowExceededError",   # the prompt is past the model's context window
+        "UnprocessableEntityError",     # 422
+        "PaymentRequiredError",         # 402: no credit left
+        "BudgetExceededError",          # a proxy's budget
+    }
+)
+# Subclasses of BadRequestError that belong to one prompt, not to the run's set-up.
+_PER_REQUEST_NAMES = frozenset({"ContentPolicyViolationError", "ImageFetchError"})
+_FATAL_STATUS = frozenset({400, 401, 402, 403, 404, 422})
+
+
+class EmptyReplyError(Exception):
+    """An HTTP 200 whose reply holds no text (retried like a transient fault)."""
+
+
+def _provider_classes(exc: BaseException) -> list[type]:
+    return [c for c in type(exc).__mro__ if (c.__module__ or "").startswith(("litellm", "openai"))]
+
+
+def is_fatal(exc: BaseException) -> bool:
+    """True for errors that stop the run: authentication, permission, not found, bad
+    request, context window (litellm / openai classes by name along the MRO; the most
+    specific decides), and a missing key."""
+    if isinstance(exc, MissingKeyError):
+        return True
+    for cls in _provider_classes(exc):
+        if cls.__name__ in _PER_REQUEST_NAMES:
+            return False
+        if cls.__name__ in _FATAL_NAMES:
+            return True
+        if cls.__name__ == "APIError" and getattr(exc, "status_code", None) in _FATAL_STATUS:
+            return True
+    return False
+
 
 def is_transient(exc: BaseException) -> bool:
-    """True for errors a retry may cure: rate limits, server errors, timeouts, lost connections.
+    """True for errors a retry may cure: rate limits, server errors, timeouts, lost
+    connections, empty replies.
 
     litellm / openai classes are recognised by name and module along the MRO, so litellm need
     not be imported when the backend is something else.
     """
-    if isinstance(exc, (TimeoutError, ConnectionError)):
+    if isinstance(exc, (TimeoutError, ConnectionError, EmptyReplyError)):
         return True
     for cls in type(exc).__mro__:
         module = cls.__module__ or ""
@@ -149,6 +212,7 @@ class LLMClient:
         backoff_max: float = 60.0,
         defaults: Mapping[str, Any] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        tripwire: Tripwire | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
@@ -164,10 +228,21 @@ class LLMClient:
         self._lock = threading.Lock()
         self._totals: Counter[str] = Counter()
         self._cost = 0.0
+        # the run's stop signal (memrl.guards): tripped by a fatal error seen here
+        self.tripwire = tripwire
 
     @property
     def model_id(self) -> str:
         return self.backend.model_id
+
+    @property
+    def cache_identity(self) -> str:
+        """What the cache keys this client's answers by: the backend's model identity."""
+        return getattr(self.backend, "cache_identity", None) or self.backend.model_id
+
+    def _trip(self, kind: str, message: str) -> None:
+        if self.tripwire is not None:
+            self.tripwire.trip(kind, message)
 
     @property
     def supports_images(self) -> bool:
@@ -181,15 +256,21 @@ class LLMClient:
                 f"{self.backend.model_id} takes text only, and this request holds an image; "
                 "use a model that takes images (for an API model whose capability litellm does "
                 "not know, set `vision: true` in its llm config) or keep image tasks out")
+        trip = self.tripwire.tripped if self.tripwire is not None else None
+        if trip is not None:
+            raise LLMError(f"{self.backend.model_id}: not called, the run is stopping ({trip.message})")
         keyed = self._as_keyed(request)
-        key = request_key(self.backend.model_id, keyed)
+        key = request_key(self.cache_identity, keyed)
         if self.cache is not None:
-            hit = self.cache.get(key)
-            if hit is None and keyed is not request:
-                # an entry written before greedy answers were keyed without their seed
-                hit = self.cache.get(request_key(self.backend.model_id, request))
-                if hit is not None:
-                    self.cache.put(key, hit)
+            try:
+                hit = self.cache.get(key)
+                if hit is None and keyed is not request:
+                    # an entry written before greedy answers were keyed without their seed
+                    hit = self.cache.get(request_key(self.cache_identity, request))
+                    if hit is not None:
+                        self.cache.put(key, hit)
+            except StorageError as exc:
+                self._storage_failed(exc)
             if hit is not None:
                 with self._lock:
                     self._totals["requests"] += 1
@@ -203,17 +284,51 @@ class LLMClient:
                 self._totals["failures"] += 1
             log.warning("%s: model call failed (%s): %s: %s", self.backend.model_id,
                         request.sample_id or "no sample id", type(exc).__name__, _short(exc))
-            raise LLMError(f"{self.backend.model_id}: {type(exc).__name__}: {exc}") from exc
+            message = f"{self.backend.model_id}: {type(exc).__name__}: {exc}"
+            if is_fatal(exc):
+                self._trip(MODEL, f"model error that no retry cures: {message}; fix the model "
+                                  "settings (llm.model, llm.api_base, the key) and run the same "
+                                  "command to continue")
+            raise LLMError(message) from exc
         resp.cached = False
         resp.model = resp.model or self.backend.model_id
+        self._count(resp)  # paid for: counted before the cache may fail to keep it
         if self.cache is not None:
-            self.cache.put(key, resp)
+            try:
+                self.cache.put(key, resp)
+            except StorageError as exc:
+                self._storage_failed(exc)
+        return resp
+
+    def _count(self, resp: LLMResponse) -> None:
         with self._lock:
             self._totals["requests"] += 1
             self._totals["calls"] += 1
             self._totals["prompt_tokens"] += resp.prompt_tokens
             self._totals["completion_tokens"] += resp.completion_tokens
             self._cost += resp.cost_usd
+
+    def _storage_failed(self, exc: StorageError) -> NoReturn:
+        self._trip(STORAGE, str(exc))
+        raise LLMError(f"{self.backend.model_id}: {exc}") from exc
+
+    def probe(self, max_tokens: int = 16) -> LLMResponse | None:
+        """One short call past the cache (the preflight: is the key good, is the model
+        there?), retried like any call; counted as a call. Raises LLMError when the model
+        cannot be called. A model that answers only with empty replies was reached (a
+        reasoning model may spend 16 tokens on thinking): None, the call counted failed."""
+        request = LLMRequest(messages=(("user", "Reply with the single word: ok"),),
+                             max_tokens=int(max_tokens), temperature=0.0, sample_id="preflight")
+        try:
+            resp = self._call_with_retries(request, "preflight")
+        except Exception as exc:
+            with self._lock:
+                self._totals["requests"] += 1
+                self._totals["failures"] += 1
+            if isinstance(exc, EmptyReplyError):
+                return None
+            raise LLMError(f"{self.backend.model_id}: {type(exc).__name__}: {exc}") from exc
+        self._count(resp)
         return resp
 
     def _as_keyed(self, request: LLMRequest) -> LLMRequest:
@@ -227,7 +342,11 @@ class LLMClient:
     def _attempt(self, request: LLMRequest) -> LLMResponse:
         # The slot is held only while the backend works, not while backing off.
         with self._sem:
-            return self.backend.generate(request)
+            resp = self.backend.generate(request)
+        if not (resp.text or "").strip() and getattr(self.backend, "empty_reply_is_fault", False):
+            raise EmptyReplyError(f"the server answered with empty content ({resp.completion_tokens} "
+                                  "completion tokens)")
+        return resp
 
     def _wait(self, key: str) -> Callable[[RetryCallState], float]:
         def wait(state: RetryCallState) -> float:

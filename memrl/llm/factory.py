@@ -2,11 +2,12 @@
 
 Keys: backend (litellm | local | scripted), model, api_base, api_key_env, timeout,
 max_concurrency, max_retries, temperature, top_p, max_tokens, cache (bool), cache_path,
-vision (image input: true/false; null = litellm's model list for litellm backends, never for
-`local`); for `litellm` also `extra` (a mapping passed to `litellm.completion` as it is, e.g.
-`{repeat_penalty: 1.0}` for a llama.cpp server); for `local` `model` (a packaged model name),
-`model_path` (any GGUF instead), `mode` (completion | chat), n_ctx, n_threads, `reuse_prefix`
-and `prefix_block` (see memrl.llm.local); for `scripted` optionally `script`
+n_ctx, model_path, vision (image input: true/false; null = litellm's model list for litellm
+backends, never for `local`); for `litellm` also `extra` (a mapping passed to
+`litellm.completion` as it is, e.g. `{repeat_penalty: 1.0}` for a llama.cpp server) and
+`model_fingerprint` (which model a server serves); for `local` `model` (a packaged model
+name), `model_path` (any GGUF instead), `mode` (completion | chat), n_ctx, n_threads,
+`reuse_prefix` and `prefix_block` (see memrl.llm.local); for `scripted` optionally `script`
 ("package.module:function", a function request -> str; default: echo the last user message)
 and `model` as its model id.
 """
@@ -54,6 +55,7 @@ def build_backend(cfg: Mapping[str, Any]) -> Backend:
             timeout=float(_get(cfg, "timeout", 60)),
             extra=dict(cfg.get("extra") or {}),
             vision=cfg.get("vision"),
+            model_fingerprint=cfg.get("model_fingerprint"),
         )
     if kind == "local":
         from memrl.llm.local import DEFAULT_BLOCK, LocalLlamaBackend

@@ -3,7 +3,9 @@
 Which file: `model_path` (any GGUF), else the packaged model named by `model`
 (`memrl.llm.local_models`: Gemma 3 270M base, SmolLM2-135M-Instruct). `model_id` is derived
 from the file's content (name + hash; packaged files keep a stable id), so two files never
-share cache entries or a run-card label.
+share cache entries or a run-card label. It is also the model's identity (`identity()`, the
+cache key's model part and what the run card's resume check compares, as for a served model
+in memrl.llm.litellm_backend): a run resumed with another file is refused.
 
 Two ways to turn a request into a prompt (`mode`):
 
@@ -95,6 +97,24 @@ def reusable_prefix(trusted: Sequence[int], tokens: Sequence[int], block: int) -
     return (n // block) * block
 
 
+# The backend's work counters (`LocalLlamaBackend.stats`), summed over calls
+SPEED_COUNTERS = {"calls": 0, "prompt_tokens": 0, "prompt_tokens_evaluated": 0, "prompt_eval_s": 0.0,
+                  "decode_tokens": 0, "decode_s": 0.0, "wall_s": 0.0}
+
+
+def speed_rates(counts: dict[str, Any]) -> dict[str, float | None]:
+    """Tokens/s from `SPEED_COUNTERS`: prompt tokens evaluated, prompt tokens sent (what the
+    prefix reuse buys), decoded; and the share of sent prompt tokens that came from the reused
+    prefix. None where nothing was timed."""
+    def per(a: str, b: str) -> float | None:
+        return counts[a] / counts[b] if counts.get(b) else None
+    sent = counts.get("prompt_tokens") or 0
+    return {"prompt_tokens_per_s": per("prompt_tokens_evaluated", "prompt_eval_s"),
+            "effective_prompt_tokens_per_s": per("prompt_tokens", "prompt_eval_s"),
+            "decode_tokens_per_s": per("decode_tokens", "decode_s"),
+            "reused_share": 1 - counts["prompt_tokens_evaluated"] / sent if sent else None}
+
+
 class LocalLlamaBackend:
     """Completion (or chat) with an embedded GGUF model; loads lazily; one call at a time."""
 
@@ -137,8 +157,7 @@ class LocalLlamaBackend:
         self._trusted: list[int] = []
         self._model_id: str | None = None
         self._lock = threading.Lock()
-        self._stats = {"calls": 0, "prompt_tokens": 0, "prompt_tokens_evaluated": 0,
-                       "prompt_eval_s": 0.0, "decode_tokens": 0, "decode_s": 0.0, "wall_s": 0.0}
+        self._stats = dict(SPEED_COUNTERS)
 
     # -- identity ---------------------------------------------------------------------
     def _path(self) -> Path:
@@ -160,6 +179,14 @@ class LocalLlamaBackend:
                 base = model_id_for(self._path())
             self._model_id = base + ("/chat" if self.mode == "chat" else "")
         return self._model_id
+
+    def identity(self) -> dict[str, Any]:
+        """What the model is (memrl.preflight, the run card's `model_identity`): `key` is the
+        model id (the cache identity), `source` how it was found, `file` where it was read."""
+        source = (f"packaged model {self.packaged.name}" if self.model_path is None and self.packaged
+                  else "model file (name and sha256)")
+        return {"model": self.model_id, "key": self.model_id, "source": source,
+                "file": str(self._path())}
 
     # -- loading ----------------------------------------------------------------------
     def _load(self) -> Any:
@@ -266,10 +293,7 @@ class LocalLlamaBackend:
             s = dict(self._stats)
         s["reuse_prefix"] = self.reuse_prefix
         s["prefix_block"] = self.block
-        s["prompt_tokens_per_s"] = s["prompt_tokens_evaluated"] / s["prompt_eval_s"] if s["prompt_eval_s"] else None
-        s["decode_tokens_per_s"] = s["decode_tokens"] / s["decode_s"] if s["decode_s"] else None
-        # prompt tokens sent per second of prompt work: what reuse buys
-        s["effective_prompt_tokens_per_s"] = s["prompt_tokens"] / s["prompt_eval_s"] if s["prompt_eval_s"] else None
+        s.update(speed_rates(s))
         return s
 
     @staticmethod

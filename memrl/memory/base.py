@@ -78,6 +78,11 @@ class MemoryModule(ABC):
         """The module's own set-up (e.g. resolving `delta: auto`) and its facts."""
         return {}
 
+    def entry_count(self) -> int | None:
+        """How many entries the module's store holds (checked against the checkpoint when a
+        run resumes, so a lost or replaced store is refused); None: the module keeps none."""
+        return None
+
     # Pass@k-style modules: a task solved in an earlier epoch is not attempted again; its
     # success is carried forward (recorded with info.carried = true and no model calls).
     skip_solved: bool = False
@@ -204,6 +209,9 @@ class BankedMemory(EntryMemory):
     def _next_order(self) -> int:
         return self.bank.next_order
 
+    def entry_count(self) -> int | None:
+        return self.bank.count()
+
     def apply(self, update: BankUpdate) -> None:
         self.bank.apply(update)  # an added id that exists is replaced (upsert)
 
@@ -248,6 +256,9 @@ class FrozenMemory(MemoryModule):
 
     def apply(self, update: BankUpdate) -> None:
         return None
+
+    def entry_count(self) -> int | None:
+        return self.inner.entry_count()
 
     def snapshot(self) -> list[dict[str, Any]]:
         return self.inner.snapshot()

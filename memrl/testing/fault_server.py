@@ -16,6 +16,18 @@ Every request gets, after a fixed latency, either a normal reply or one fault:
   empty_content           HTTP 200, a well-formed reply with empty content
   no_action               HTTP 200, a reply with no parseable action ("  >  ")
 
+and the faults no retry cures (`FATAL_FAULTS`, never part of `FaultPlan.mixed`):
+
+  auth_error              HTTP 401 invalid_api_key
+  permission_denied       HTTP 403
+  model_not_found         HTTP 404 model_not_found
+  bad_request             HTTP 400 invalid_request_error
+  context_window          HTTP 400 context_length_exceeded ("maximum context length ...")
+
+A server made with `api_key=...` answers 401 to any request without that bearer key, as a
+real provider does; `models=[...]` is what it lists at GET /v1/models (default: one model,
+id "fault"), so a test can serve "another model under the same name".
+
 The choice is a pure function of (seed, request content, how many times this content was seen
 before), so a run that sends the same requests meets the same faults, whatever the thread
 interleaving; a retry of a faulted request is a new draw (`cure_after=n`: its n-th and later
@@ -44,8 +56,10 @@ from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Sequence
 
-FAULTS = ("rate_limit_retry_after", "rate_limit", "server_error", "unavailable", "hang",
-          "truncated_json", "empty_content", "no_action")
+TRANSIENT_FAULTS = ("rate_limit_retry_after", "rate_limit", "server_error", "unavailable", "hang",
+                    "truncated_json", "empty_content", "no_action")
+FATAL_FAULTS = ("auth_error", "permission_denied", "model_not_found", "bad_request", "context_window")
+FAULTS = TRANSIENT_FAULTS + FATAL_FAULTS
 NO_ACTION_REPLY = "  >  "
 
 
@@ -78,8 +92,8 @@ class FaultPlan:
 
     @classmethod
     def mixed(cls, fault_rate: float, **kw: Any) -> "FaultPlan":
-        """`fault_rate` spread evenly over every fault class."""
-        return cls(rates={name: fault_rate / len(FAULTS) for name in FAULTS}, **kw)
+        """`fault_rate` spread evenly over every transient fault class."""
+        return cls(rates={name: fault_rate / len(TRANSIENT_FAULTS) for name in TRANSIENT_FAULTS}, **kw)
 
     def choose(self, content_key: str, attempt: int, last_message: str) -> str | None:
         """The fault for this request, or None for a normal reply."""
@@ -181,7 +195,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") == "/stats":
             self._json(200, self.server.owner.counts())
         elif self.path.rstrip("/") in ("/v1/models", "/models"):
-            self._json(200, {"object": "list", "data": [{"id": "fault", "object": "model"}]})
+            if not self.server.owner.authorized(self):
+                self._json(401, _error("invalid api key (checked by the fault server)", "invalid_api_key"))
+                return
+            self._json(200, {"object": "list", "data": self.server.owner.models})
         else:
             self._json(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -216,8 +233,11 @@ class _HTTPServer(ThreadingHTTPServer):
 class FaultServer:
     """The server, run in a background thread. Use as a context manager or start()/stop()."""
 
-    def __init__(self, plan: FaultPlan | None = None, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, plan: FaultPlan | None = None, host: str = "127.0.0.1", port: int = 0,
+                 api_key: str | None = None, models: list[dict[str, Any]] | None = None):
         self.plan = plan or FaultPlan()
+        self.api_key = api_key
+        self.models = list(models) if models is not None else [{"id": "fault", "object": "model"}]
         self._httpd = _HTTPServer((host, port), _Handler)
         self._httpd.owner = self
         self._thread: threading.Thread | None = None
@@ -278,6 +298,9 @@ class FaultServer:
             self._latency_total = 0.0
             self._max_in_flight = 0
 
+    def authorized(self, handler: _Handler) -> bool:
+        return self.api_key is None or handler.headers.get("Authorization") == f"Bearer {self.api_key}"
+
     # -- one request ------------------------------------------------------------------
     def answer(self, handler: _Handler, body: dict[str, Any], messages: list[dict[str, Any]]) -> None:
         key = content_key(body)
@@ -289,6 +312,8 @@ class FaultServer:
             self._in_flight += 1
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
         fault = self.plan.choose(key, attempt, last)
+        if not self.authorized(handler):
+            fault = "auth_error"
         try:
             if self.plan.latency_s:
                 self._stopping.wait(self.plan.latency_s)
@@ -311,6 +336,18 @@ class FaultServer:
             h._json(500, _error("internal server error (injected)", "server_error"))
         elif fault == "unavailable":
             h._json(503, _error("service unavailable (injected)", "server_error"))
+        elif fault == "auth_error":
+            h._json(401, _error("Incorrect API key provided (injected)", "invalid_api_key"))
+        elif fault == "permission_denied":
+            h._json(403, _error("this key may not use this model (injected)", "permission_denied"))
+        elif fault == "model_not_found":
+            h._json(404, _error(f"The model `{body.get('model')}` does not exist (injected)",
+                                "model_not_found"))
+        elif fault == "bad_request":
+            h._json(400, _error("Unrecognized request argument (injected)", "invalid_request_error"))
+        elif fault == "context_window":
+            h._json(400, _error("This model's maximum context length is 4096 tokens. However, your "
+                                "messages resulted in 9000 tokens. (injected)", "context_length_exceeded"))
         elif fault == "hang":
             self._stopping.wait(self.plan.hang_s)
             h.close_connection = True
