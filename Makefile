@@ -83,7 +83,11 @@ demo: setup
 # one Hydra multirun (re-running it resumes every unfinished run), then the report.
 ALFWORLD_METHODS ?= memrl,none,pass_at_k,rag,self_rag,memp,reflection,mem0
 ALFWORLD_SWEEP ?= multirun/alfworld_paper
+# Each reproduce-* target prints its plan (memrl.plan: a cached pilot of a few tasks, then
+# calls, tokens, cost and wall time per run) and asks before going on when interactive;
+# MEMRL_PLAN_YES=1 skips the question.
 reproduce-alfworld: setup
+	$(PY) -m memrl.plan --confirm -m experiment=alfworld_paper memory=$(ALFWORLD_METHODS)
 	$(PY) -m memrl.run -m experiment=alfworld_paper memory=$(ALFWORLD_METHODS) hydra.sweep.dir=$(ALFWORLD_SWEEP)
 	$(PY) scripts/report.py $(ALFWORLD_SWEEP) --out results/alfworld_paper
 
@@ -95,6 +99,7 @@ data-hle: setup
 
 reproduce-hle: setup
 	@test -f "$(HLE_DATA)" || { echo "no HLE data at $(HLE_DATA): run 'make data-hle' (needs HF_TOKEN)"; exit 1; }
+	$(PY) -m memrl.plan --confirm -m experiment=hle_paper env.data_path=$(abspath $(HLE_DATA)) memory=$(ALFWORLD_METHODS)
 	$(PY) -m memrl.run -m experiment=hle_paper env.data_path=$(abspath $(HLE_DATA)) memory=$(ALFWORLD_METHODS) hydra.sweep.dir=multirun/hle_paper
 	$(PY) scripts/report.py multirun/hle_paper --out results/hle_paper
 
@@ -125,7 +130,9 @@ gold-os: rootfs
 # MemRL and every baseline, one multirun per benchmark, then one report over both.
 LLB_METHODS ?= $(ALFWORLD_METHODS)
 reproduce-llb: rootfs
+	$(PY) -m memrl.plan --confirm -m experiment=llb_os_paper memory=$(LLB_METHODS)
 	$(PY) -m memrl.run -m experiment=llb_os_paper memory=$(LLB_METHODS) hydra.sweep.dir=multirun/llb_os_paper
+	$(PY) -m memrl.plan --confirm -m experiment=llb_db_paper memory=$(LLB_METHODS)
 	$(PY) -m memrl.run -m experiment=llb_db_paper memory=$(LLB_METHODS) hydra.sweep.dir=multirun/llb_db_paper
 	$(PY) scripts/report.py multirun/llb_os_paper multirun/llb_db_paper --out results/llb_paper
 
@@ -161,8 +168,9 @@ merge-llb: rootfs
 
 # BigCodeBench: the libraries its tests import (CPU only), the canonical-solution check at 1 and
 # 2 workers, and MemRL + baselines with the paper's settings (GPT-4o; OPENAI_API_KEY).
-# Offline, on the shared 103-task file (already the train part of the seed-42 split):
-#   make reproduce-bcb BCB_ARGS="env.data_path=../shared/data/bigcodebench/bigcodebench_hard_train.jsonl env.part=all"
+# The preset runs the paper's set (Instruct-Full, train part of the seed-42 division). Offline,
+# on the shared 103-task Hard file (already the train part of Hard's seed-42 division):
+#   make reproduce-bcb BCB_ARGS="env.subset=hard env.data_path=../shared/data/bigcodebench/bigcodebench_hard_train.jsonl env.part=all"
 bcb-eval-deps: setup
 	$(PIP) install -q -c $(CONSTRAINTS) -e ".[bcb-eval]"
 	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(BCB_CHECKER)
@@ -172,6 +180,7 @@ BCB_METHODS ?= $(ALFWORLD_METHODS)
 BCB_SWEEP ?= multirun/bcb_paper
 BCB_ARGS ?=
 reproduce-bcb: bcb-eval-deps
+	$(PY) -m memrl.plan --confirm -m experiment=bcb_paper memory=$(BCB_METHODS) $(BCB_ARGS)
 	$(PY) -m memrl.run -m experiment=bcb_paper memory=$(BCB_METHODS) $(BCB_ARGS) hydra.sweep.dir=$(BCB_SWEEP)
 	$(PY) scripts/report.py $(BCB_SWEEP) --out results/bcb_paper
 

@@ -11,7 +11,7 @@ Importing this module registers the config resolver `memrl.paper_delta` (see `pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -75,6 +75,11 @@ class ModelSettings(ModelService):
     model_fingerprint: str | None = None
     timeout: float = no_effect(60.0, gt=0)
     max_concurrency: int = no_effect(8, ge=1)
+    # the in-flight limit halves on rate limits and recovers additively (memrl.llm.ratelimit);
+    # false: a fixed limit. The provider's per-minute limits pace requests (null = none).
+    adaptive_concurrency: bool = no_effect(True)
+    rpm: int | None = no_effect(None, ge=1, description="requests per minute; null = no limit")
+    tpm: int | None = no_effect(None, ge=1, description="tokens per minute; null = no limit")
     max_retries: int = no_effect(6, ge=0)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -158,10 +163,19 @@ class AgentSettings(BaseModel):
     name: str
 
 
+class MetricsSettings(BaseModel):
+    """The `metrics` section: how metrics.json reads what the episodes leave undefined."""
+
+    model_config = ConfigDict(extra="forbid")
+    # an epoch with no failure has forgetting rate 0/0: count it as 0 | leave it out
+    forgetting_zero_fail: Literal["zero", "skip"] = no_effect("zero")
+
+
 # Sections whose schema is fixed (env and memory name their class, and so their schema, in
 # `_target_`); memrl.result_keys reads the marks of the same schemas.
 SECTION_SCHEMAS: dict[str, type[BaseModel]] = {
-    "llm": LLMSettings, "embedder": EmbedderSettings, "agent": AgentSettings, "runner": RunnerSettings}
+    "llm": LLMSettings, "embedder": EmbedderSettings, "agent": AgentSettings, "runner": RunnerSettings,
+    "metrics": MetricsSettings}
 
 
 @dataclass
@@ -176,6 +190,7 @@ class Validated:
     runner: RunnerSettings
     seed: int
     policy: "type[Policy]"  # the agent's policy class in the env's registry
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
 
 def _errors(section: str, exc: ValidationError) -> list[str]:
@@ -248,7 +263,8 @@ def validate(cfg: DictConfig) -> Validated:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return Validated(env_cls=classes["env"], env=parsed["env"], memory_cls=classes["memory"],
                      memory=parsed["memory"], llm=parsed["llm"], embedder=parsed["embedder"],
-                     agent=parsed["agent"], runner=parsed["runner"], seed=seed, policy=policy)
+                     agent=parsed["agent"], runner=parsed["runner"], seed=seed, policy=policy,
+                     metrics=parsed["metrics"])
 
 
 def _policy(env_cls: type | None, agent: AgentSettings | None, problems: list[str]) -> "type[Policy] | None":

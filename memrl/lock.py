@@ -24,6 +24,17 @@ from memrl.guards import RunRefused
 from memrl.storage import diagnose
 
 
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this host (one we may not signal counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
 class RunLocked(RunRefused):
     """Another process holds the run directory."""
 

@@ -5,27 +5,37 @@ For N tasks over epochs t = 1..E the success matrix is s[t, i] ∈ {0, 1}:
 - SR_t  = mean_i s[t, i];  Last = SR_E.
 - CSR_t = fraction of tasks solved at least once in epochs 1..t;  CSR = CSR_E.
 - FR_t  = #(s[t-1, i] = 1 and s[t, i] = 0) / #(s[t, i] = 0), for t ≥ 2.
-  Convention: FR_t = 0 when no task failed at epoch t (denominator 0) -- nothing
-  can have been forgotten then. `forgetting_mean` is the mean of FR_2..FR_E and
-  is None (JSON null) when E < 2.
+  An epoch with no failure has FR_t = 0/0, which is undefined. Two readings
+  (`forgetting_zero_fail`): `zero` (default) counts it as 0 -- nothing can have been
+  forgotten -- which pulls the mean down; `skip` leaves it out (None in the curve, not
+  in the mean). `forgetting_mean` is the mean of FR_2..FR_E under the reading chosen and
+  is None (JSON null) when no epoch is left; metrics.json also holds the mean under both
+  readings and the count of such epochs (`forgetting_zero_fail_epochs`).
+- Retrieval (`retrieval`, per epoch, from the episodes' `info.retrieval`): the mean size
+  of the Phase-A pool over all retrievals (an empty pool counts 0) and the share of the
+  non-empty pools that held only the task's own memories (a saturated pool: when tasks
+  repeat, their own memories tie at similarity 1). Absent for modules that do not record it.
 
 Several records for one (task, epoch) -- e.g. Pass@k attempts -- count as a
 success if any of them succeeded.
 
-CLI: ``memrl metrics <run_dir> [--no-plots] [--allow-missing]`` (also
-``python -m memrl.metrics``; see memrl/cli/metrics.py).
+CLI: ``memrl metrics <run_dir> [--no-plots] [--allow-missing] [--forgetting-zero-fail zero|skip]``
+(also ``python -m memrl.metrics``; see memrl/cli/metrics.py).
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 
 from memrl.records import EpisodeRecord, read_episodes, write_json_atomic
 from memrl.rundir import RunDir
+
+ZeroFail = Literal["zero", "skip"]
+ZERO_FAIL_READINGS: tuple[str, ...] = ("zero", "skip")
 
 
 def _index(records: Sequence[EpisodeRecord]) -> tuple[list[str], list[int], dict[tuple[str, int], bool]]:
@@ -99,20 +109,53 @@ def csr(S: np.ndarray) -> float:
     return csr_curve(S)[-1]
 
 
-def forgetting_curve(S: np.ndarray) -> list[float]:
-    """FR_t for t = 2..E (empty if E < 2); 0 where no task failed at t."""
+def forgetting_curve(S: np.ndarray, zero_fail: ZeroFail = "zero") -> list[float | None]:
+    """FR_t for t = 2..E (empty if E < 2). Where no task failed at t (0/0): 0 with
+    `zero_fail="zero"`, None with `"skip"`."""
+    if zero_fail not in ZERO_FAIL_READINGS:
+        raise ValueError(f"forgetting_zero_fail: {zero_fail!r} is not one of {', '.join(ZERO_FAIL_READINGS)}")
     B = _check(S)
-    out: list[float] = []
+    out: list[float | None] = []
     for t in range(1, B.shape[0]):
         fails = ~B[t]
         denom = int(fails.sum())
-        out.append(float((B[t - 1] & fails).sum()) / denom if denom else 0.0)
+        out.append(float((B[t - 1] & fails).sum()) / denom if denom else
+                   (0.0 if zero_fail == "zero" else None))
     return out
 
 
-def forgetting_mean(S: np.ndarray) -> float | None:
-    fr = forgetting_curve(S)
+def forgetting_mean(S: np.ndarray, zero_fail: ZeroFail = "zero") -> float | None:
+    fr = [x for x in forgetting_curve(S, zero_fail) if x is not None]
     return float(np.mean(fr)) if fr else None
+
+
+def zero_fail_epochs(S: np.ndarray) -> int:
+    """Epochs t ≥ 2 in which no task failed (FR_t = 0/0)."""
+    return int(_check(S)[1:].all(axis=1).sum())
+
+
+def retrieval_by_epoch(records: Sequence[EpisodeRecord]) -> dict[str, dict[str, Any]]:
+    """Per epoch (keyed by epoch as a string), from the episodes' `info.retrieval`: the
+    number of retrievals, how many found an empty pool, the mean Phase-A pool size (empty
+    pools count 0) and the share of non-empty pools made only of the task's own memories
+    (None when every pool was empty). Empty when no record carries retrieval info."""
+    per: dict[int, list[dict[str, Any]]] = {}
+    for r in records:
+        got = (r.info or {}).get("retrieval")
+        if isinstance(got, dict):
+            per.setdefault(int(r.epoch), []).append(got)
+    out: dict[str, dict[str, Any]] = {}
+    for epoch in sorted(per):
+        rows = per[epoch]
+        pools = [int(x.get("pool", 0)) for x in rows]
+        filled = [x for x, n in zip(rows, pools) if n > 0]
+        out[str(epoch)] = {
+            "retrievals": len(rows),
+            "empty": len(rows) - len(filled),
+            "mean_pool": float(np.mean(pools)),
+            "own_only_share": (sum(bool(x.get("own_only")) for x in filled) / len(filled)) if filled else None,
+        }
+    return out
 
 
 def outcome_counts(records: Sequence[EpisodeRecord], field: str = "outcome") -> dict[str, dict[str, int]]:
@@ -130,7 +173,8 @@ def outcome_counts(records: Sequence[EpisodeRecord], field: str = "outcome") -> 
     return {e: dict(sorted(c.items())) for e, c in sorted(out.items(), key=lambda kv: int(kv[0]))}
 
 
-def compute_metrics(records: Sequence[EpisodeRecord], allow_missing: bool = False) -> dict[str, Any]:
+def compute_metrics(records: Sequence[EpisodeRecord], allow_missing: bool = False,
+                    zero_fail: ZeroFail = "zero") -> dict[str, Any]:
     task_ids, epochs, S = success_matrix(records, allow_missing=allow_missing)
     tokens = {"prompt": 0, "completion": 0}
     for r in records:
@@ -143,8 +187,11 @@ def compute_metrics(records: Sequence[EpisodeRecord], allow_missing: bool = Fals
         "last": last(S),
         "csr": csr(S),
         "csr_curve": csr_curve(S),
-        "forgetting": forgetting_curve(S),
-        "forgetting_mean": forgetting_mean(S),
+        "forgetting": forgetting_curve(S, zero_fail),
+        "forgetting_mean": forgetting_mean(S, zero_fail),
+        "forgetting_zero_fail": zero_fail,
+        "forgetting_zero_fail_epochs": zero_fail_epochs(S),
+        "forgetting_mean_by_reading": {z: forgetting_mean(S, z) for z in ZERO_FAIL_READINGS},  # type: ignore[arg-type]
         "n_tasks": len(task_ids),
         "epochs": len(epochs),
         "n_episodes": len(records),
@@ -154,6 +201,7 @@ def compute_metrics(records: Sequence[EpisodeRecord], allow_missing: bool = Fals
         "missing_cells": [[t, e] for t, e in missing_cells(records)],
         "outcomes": outcome_counts(records),
         "outcome_details": outcome_counts(records, "outcome_detail"),
+        "retrieval": retrieval_by_epoch(records),
     }
 
 
@@ -175,10 +223,10 @@ def transfer_metrics(records: list[EpisodeRecord]) -> dict[str, Any]:
 
 
 def write_metrics(run_dir: str | Path | RunDir, plots: bool = True,
-                  allow_missing: bool = False) -> dict[str, Any]:
+                  allow_missing: bool = False, zero_fail: ZeroFail = "zero") -> dict[str, Any]:
     """Compute metrics for a run, write `metrics.json` (atomically) and, optionally, plots."""
     rd = RunDir(run_dir)
-    metrics = compute_metrics(load_run(rd), allow_missing=allow_missing)
+    metrics = compute_metrics(load_run(rd), allow_missing=allow_missing, zero_fail=zero_fail)
     eval_path = rd.eval_episodes
     if eval_path.is_file() and eval_path.stat().st_size:
         metrics["transfer"] = transfer_metrics(read_episodes(eval_path))

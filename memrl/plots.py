@@ -36,7 +36,8 @@ def plot_curves(metrics: dict[str, Any], out_dir: str | Path) -> list[Path]:
     n = metrics["n_tasks"]
     sr: list[float] = metrics["sr"]
     epochs = list(range(1, len(sr) + 1))
-    fr: list[float] = metrics["forgetting"]
+    # an epoch with no failure is None under the `skip` reading: a gap in the curve
+    fr = [float("nan") if x is None else x for x in metrics["forgetting"]]
     return [
         _plot(epochs, sr, "success rate", f"SR per epoch (n_tasks={n})", out / "sr.png"),
         _plot(epochs, metrics["csr_curve"], "cumulative success rate", f"CSR per epoch (n_tasks={n})", out / "csr.png"),

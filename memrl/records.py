@@ -86,7 +86,27 @@ class RetrievedMemory:
     success: bool | None = None
 
     def to_record(self) -> dict[str, Any]:
-        return {"id": self.memory_id, "q": self.q, "sim": self.similarity, "score": self.score}
+        # chars: the memory's size as shown (intent + experience), for the plan's model of
+        # how prompts grow with injected memories (memrl.plan)
+        return {"id": self.memory_id, "q": self.q, "sim": self.similarity, "score": self.score,
+                "chars": len(self.intent) + len(self.experience)}
+
+
+@dataclass(frozen=True)
+class RetrievalStats:
+    """What one retrieval's Phase-A pool looked like (recorded as `info.retrieval`)."""
+
+    pool: int  # memories in the Phase-A pool, before Phase B picks the injected ones
+    own_only: bool  # the pool was non-empty and held only memories written by this same task
+
+
+class Retrieved(list):  # list[RetrievedMemory]
+    """What a memory module's `retrieve` returns: the memories to inject, plus (for modules
+    that record it) the `RetrievalStats` of the pool they were chosen from."""
+
+    def __init__(self, memories: Iterable[RetrievedMemory] = (), stats: RetrievalStats | None = None):
+        super().__init__(memories)
+        self.stats = stats
 
 
 @dataclass

@@ -127,14 +127,15 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
     session = card.start_session(sys.argv[1:])
     session["sandbox"] = objs.env.sandbox_facts()  # caps held / missing (envs/base.py)
     logger = make_epoch_logger(cfg.get("logger"), run_dir=rd.root, config=config)
+    zero_fail = v.metrics.forgetting_zero_fail  # how metrics.json reads an epoch with no failure
     budget = Budget(usd=v.llm.budget_usd, tokens=v.llm.budget_tokens)
     meter = BudgetMeter(budget, clients=clients.values, prior=sessions_spend(card.sessions))
 
     def epoch_end(epoch: int) -> None:
         with writing(rd.metrics, "the metrics"):
-            metrics = write_metrics(rd, plots=False) if v.runner.metrics_every_epoch else None
+            metrics = write_metrics(rd, plots=False, zero_fail=zero_fail) if v.runner.metrics_every_epoch else None
         if logger.active:
-            logger.log_epoch(metrics or compute_metrics(load_run(rd)), epoch)
+            logger.log_epoch(metrics or compute_metrics(load_run(rd), zero_fail=zero_fail), epoch)
 
     gate = Gate(max_error_rate=v.runner.max_error_rate, tripwire=tripwire, budget=meter,
                 signals=signals, on_start=lambda: card.check_models(preflight(clients)))
@@ -165,7 +166,7 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
                 objs.eval_env.close()
             objs.memory.close()
     with writing(rd.metrics, "the metrics"):
-        return write_metrics(rd, plots=True)
+        return write_metrics(rd, plots=True, zero_fail=zero_fail)
 
 
 def _close_session(card: RunCard, session: dict[str, Any], status: str, error: str | None,

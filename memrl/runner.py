@@ -213,6 +213,7 @@ class Runner:
         t0 = time.monotonic()
         if learn and self.memory.skip_solved and task.task_id in self._solved:
             return self._carried(epoch, batch, task, seed)
+        stats = getattr(memories, "stats", None)  # the retrieval's pool (`Retrieved`), if recorded
         try:
             memories = self.memory.select(task, memories, llm=ep_llm)
             result = self.env.solve(task, memories, ep_llm, seed)
@@ -231,6 +232,8 @@ class Runner:
             digest = None
             result.errors.append(f"memory digest: {type(exc).__name__}: {exc}")
         info = dict(result.info)
+        if stats is not None:
+            info["retrieval"] = asdict(stats)
         if digest and digest.get("error"):
             info["writer_error"] = digest["error"]
         meter = ep_llm.meter if ep_llm is not None else None

@@ -120,6 +120,30 @@ def test_division_is_seeded_seven_to_three_and_kept_in_a_split_file(tmp_path):
         loader.load_or_create_division(path, ids + ["BigCodeBench/999"], 42, 0.7)
 
 
+# The validation part of the paper code's Hard division (its configs/bigcodebench/splits/
+# hard_seed42.json, MemTensor/MemRL @ 7c3beba); the 103 others are ../shared/data's hard_train.
+HARD_SEED42_VAL = [13, 17, 34, 82, 89, 100, 120, 129, 139, 184, 239, 241, 267, 287, 308, 326, 341,
+                   346, 367, 374, 445, 486, 501, 567, 593, 655, 723, 752, 765, 785, 865, 897, 916,
+                   964, 985, 998, 1012, 1013, 1015, 1022, 1039, 1040, 1085, 1124, 1137]
+HARD_TRAIN = ROOT.parent / "shared" / "data" / "bigcodebench" / "bigcodebench_hard_train.jsonl"
+
+
+@pytest.mark.skipif(not HARD_TRAIN.is_file(), reason=f"no {HARD_TRAIN}")
+def test_division_is_the_one_the_papers_code_makes():
+    import hashlib
+
+    train_ids = [json.loads(x)["task_id"] for x in HARD_TRAIN.read_text().splitlines() if x.strip()]
+    hard = train_ids + [f"BigCodeBench/{i}" for i in HARD_SEED42_VAL]
+    train, val = loader.divide(hard, 42, 0.7)
+    assert set(train) == set(train_ids) and val == [f"BigCodeBench/{i}" for i in HARD_SEED42_VAL]
+    # Full, seed 123: the official runner's default split file (798 train ids), by fingerprint
+    full_train, full_val = loader.divide([f"BigCodeBench/{i}" for i in range(1140)], 123, 0.7)
+    assert (len(full_train), len(full_val)) == (798, 342)
+    assert hashlib.sha256(",".join(full_train).encode()).hexdigest()[:16] == "e9978c7021017aba"
+    assert {"BigCodeBench/582", "BigCodeBench/994"} <= set(full_train)
+    assert {"BigCodeBench/89", "BigCodeBench/1119"} <= set(full_val)
+
+
 def test_env_parts_partition_the_tasks_and_agree_across_instances(tmp_path):
     kw = dict(data_path=TINY, cache_dir=tmp_path, executor=StubExecutor())
     train = bcb_env(part="train", **kw)
@@ -203,6 +227,13 @@ def test_prompt_ends_in_an_open_python_fence_and_carries_memories():
     assert complete.endswith(FENCE + problem.complete_prompt)
     assert task_intent(problem, "instruct").startswith("Count the words")
     assert "You should write" not in task_intent(problem, "instruct")
+    # the official code's key: the whole prompt of the split
+    assert task_intent(problem, "instruct", whole_prompt=True) == problem.instruct_prompt.strip()
+    assert task_intent(problem, "complete", whole_prompt=True) == problem.complete_prompt.strip()
+    env = bcb_env(data_path=TINY, part="all", intent="prompt", executor=StubExecutor())
+    assert env.tasks()[1].intent == problem.instruct_prompt.strip()
+    with pytest.raises(ValueError, match="intent"):
+        bcb_env(data_path=TINY, part="all", intent="code", executor=StubExecutor())
 
 
 # ----------------------------------------------------------------------------- extraction

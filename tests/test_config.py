@@ -111,3 +111,6 @@ def test_resume_refuses_a_different_config_but_allows_exempt_keys(tmp_path):
     assert check_resume(card, more_epochs)["config"] == config  # extending a run is allowed
     with pytest.raises(ConfigError, match=r"memory\.lam: 0\.5 -> 1\.0"):
         check_resume(card, {**config, "memory": {"lam": 1.0, "alpha": 0.3}})
+    # how metrics read a 0/0 forgetting epoch changes no result: a run started before the
+    # `metrics` node existed, or with the other reading, resumes
+    assert check_resume(card, {**config, "metrics": {"forgetting_zero_fail": "skip"}})["config"] == config

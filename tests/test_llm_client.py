@@ -96,7 +96,9 @@ _Throttled.__name__ = "RateLimitError"
 def test_retry_after_header_is_honoured() -> None:
     waits: list[float] = []
     backend = ScriptedBackend(flaky([_Throttled({"Retry-After": "3"})]))
-    client = LLMClient(backend, backoff_base=0.001, backoff_max=10.0, sleep=waits.append)
+    # a fixed limiter: the caller sleeps the Retry-After itself (the adaptive one holds every
+    # caller in its shared pause: tests/test_rate_limits.py)
+    client = LLMClient(backend, backoff_base=0.001, backoff_max=10.0, sleep=waits.append, adaptive=False)
     assert client.complete(REQ).text == "pong"
     assert waits == [3.0]
     assert retry_after_seconds(_Throttled({"retry-after-ms": "250"})) == 0.25

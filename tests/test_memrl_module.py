@@ -123,3 +123,90 @@ def test_raw_write_mode_makes_no_model_call(tmp_path):
     res = EpisodeResult(success=False, reward=0.0, steps=1, transcript=[Step("open drawer 1", "Nothing happens.")])
     digest = mem.digest(T1, res, epoch=1, llm=NoCalls())
     assert "> open drawer 1\nNothing happens." in digest["experience"]
+
+
+# ------------------------------------------------ Phase-A ties, pool_by_intent, dedup, q_min
+from memrl.memory.entry import BankUpdate  # noqa: E402
+
+T4 = Task("d/4", "put a clean cup in coffeemachine.")  # cos 0.83 to T1 (T2: 0.93, T3: 0)
+
+
+def set_q(mem, **qs):
+    mem.apply(BankUpdate(set_fields={k.replace("__", ":").replace("_", "/"): {"q": v} for k, v in qs.items()}))
+
+
+def replayed(tmp_path, **kw):
+    """T1 replayed for three epochs (its own memories tie at sim 1) plus one T4 memory."""
+    mem = make(tmp_path, delta=0.5, k1=2, k2=2, **kw)
+    for epoch in (1, 2, 3):
+        mem.learn([item(T1, False, epoch=epoch)])
+    mem.learn([item(T4, True, epoch=3)])
+    return mem
+
+
+def test_retrieve_records_the_pool_and_whether_it_was_only_the_tasks_own(tmp_path):
+    mem = make(tmp_path, delta=0.5)
+    got = mem.retrieve(T1)
+    assert got == [] and (got.stats.pool, got.stats.own_only) == (0, False)
+    mem.learn([item(T1, True)])
+    assert (mem.retrieve(T1).stats.pool, mem.retrieve(T1).stats.own_only) == (1, True)
+    assert (mem.retrieve(T2).stats.pool, mem.retrieve(T2).stats.own_only) == (1, False)
+
+
+def test_ties_oldest_saturates_and_cuts_the_newest_own_memory(tmp_path):
+    mem = replayed(tmp_path, phase_a_ties="oldest")
+    set_q(mem, e003__a_1=0.9)  # the newest memory is the most useful one
+    got = mem.retrieve(T1)
+    assert (got.stats.pool, got.stats.own_only) == (2, True)  # only own memories, T4 squeezed out
+    assert {m.memory_id for m in got} == {"e001:a/1", "e002:a/1"}  # e003 is never seen
+
+
+def test_ties_include_lets_phase_b_choose_among_all_tied_memories(tmp_path):
+    mem = replayed(tmp_path)  # the default rule
+    assert mem.s.phase_a_ties == "include"
+    set_q(mem, e003__a_1=0.9)
+    got = mem.retrieve(T1)
+    assert (got.stats.pool, got.stats.own_only) == (3, True)
+    assert got[0].memory_id == "e003:a/1"  # highest Q among the three tied at sim 1
+
+
+def test_pool_by_intent_pools_whole_buckets_of_the_top_keys(tmp_path):
+    mem = make(tmp_path, delta=0.5, k1=1, k2=3, pool_by_intent=True)
+    mem.learn([item(T1, True), item(T4, True), item(T3, True)])
+    mem.learn([item(T1, False, epoch=2)])
+    one = mem.retrieve(T1)  # k1 = 1 key: T1's bucket, both epochs
+    assert (one.stats.pool, one.stats.own_only) == (2, True)
+    assert {m.memory_id for m in one} == {"e001:a/1", "e002:a/1"}
+    mem2 = MemRLMemory(MemRLSettings(delta=0.5, k1=2, k2=3, pool_by_intent=True),
+                       bank_dir=tmp_path / "bank", embedder=HashingEmbedder(dim=64))
+    two = mem2.retrieve(T1)  # 2 keys: T1 (2 memories) + T4 (1); T3 is below δ
+    assert (two.stats.pool, two.stats.own_only) == (3, False)
+    assert {m.memory_id for m in two} == {"e001:a/1", "e002:a/1", "e001:d/4"}
+
+
+def test_dedup_joins_the_most_similar_retrieved_key(tmp_path):
+    mem = make(tmp_path, delta=0.5, k1=1, k2=3, dedup_threshold=0.9, pool_by_intent=True)
+    mem.learn([item(T1, True)])
+    mem.learn([item(T2, False, epoch=2), item(T4, False, epoch=2)])
+    snap = {e["id"]: e for e in mem.snapshot()}
+    assert snap["e002:b/2"]["intent"] == T1.intent  # cos 0.93 >= 0.9: joins T1's key
+    assert snap["e002:d/4"]["intent"] == T4.intent  # cos 0.83 < 0.9: a key of its own
+    got = mem.retrieve(T2)  # T2's top key is T1's, whose bucket now holds T2's own memory too
+    assert {m.memory_id for m in got} == {"e001:a/1", "e002:b/2"} and got.stats.own_only is False
+
+
+def test_dedup_only_joins_a_key_that_passes_the_gate(tmp_path):
+    # δ 0.95 > cos(T1, T2) = 0.93 >= dedup 0.9: T1's key is not retrieved for T2, so no join
+    mem = make(tmp_path, delta=0.95, dedup_threshold=0.9)
+    mem.learn([item(T1, True)])
+    mem.learn([item(T2, False, epoch=2)])
+    assert {e["id"]: e["intent"] for e in mem.snapshot()}["e002:b/2"] == T2.intent
+
+
+def test_q_min_drops_low_utility_memories_after_the_pool_statistics(tmp_path):
+    mem = make(tmp_path, delta=0.5, k1=5, k2=3, q_min=-0.8)
+    mem.learn([item(T1, True), item(T4, True)])
+    set_q(mem, e001__a_1=-0.9)
+    got = mem.retrieve(T1)
+    assert got.stats.pool == 2  # both were in the pool
+    assert [m.memory_id for m in got] == ["e001:d/4"]  # the Q = -0.9 memory left it

@@ -100,7 +100,8 @@ def test_compute_metrics_keys_and_values() -> None:
     assert set(m) == {
         "sr", "last", "csr", "csr_curve", "forgetting", "forgetting_mean", "n_tasks", "epochs",
         "n_episodes", "errored_episodes", "tokens", "llm_calls", "missing_cells", "outcomes",
-        "outcome_details",
+        "outcome_details", "forgetting_zero_fail", "forgetting_zero_fail_epochs",
+        "forgetting_mean_by_reading", "retrieval",
     }
     assert m["sr"] == pytest.approx([1 / 3, 2 / 3, 2 / 3])
     assert m["last"] == pytest.approx(2 / 3)
@@ -257,3 +258,61 @@ def test_old_records_without_an_outcome_stay_readable(tmp_path) -> None:
     recs = read_episodes(path)
     assert [(r.outcome, r.outcome_detail) for r in recs] == [want for _, want in rows]
     assert compute_metrics(recs)["outcomes"]["1"]["llm_error"] == 2
+
+
+# ------------------------------------------------------- forgetting at 0/0, retrieval readings
+from memrl.cli.metrics import main as metrics_main  # noqa: E402
+from memrl.metrics import retrieval_by_epoch, zero_fail_epochs  # noqa: E402
+
+S_ZERO = np.array(
+    [
+        [1, 1, 0],
+        [1, 0, 0],  # zeros {t1, t2}; t1 was solved -> 1/2
+        [1, 1, 1],  # no failure: 0/0
+        [0, 1, 1],  # zeros {t0}; t0 was solved -> 1/1
+    ]
+)
+
+
+def test_forgetting_zero_fail_readings() -> None:
+    assert zero_fail_epochs(S_ZERO) == 1
+    assert forgetting_curve(S_ZERO, "zero") == pytest.approx([0.5, 0.0, 1.0])
+    assert forgetting_curve(S_ZERO, "skip")[1] is None
+    assert forgetting_mean(S_ZERO, "zero") == pytest.approx(1.5 / 3)  # the 0/0 epoch pulls it down
+    assert forgetting_mean(S_ZERO, "skip") == pytest.approx(1.5 / 2)
+    assert forgetting_mean(np.array([[0, 1], [1, 1]]), "skip") is None  # nothing left to average
+    with pytest.raises(ValueError, match="forgetting_zero_fail"):
+        forgetting_curve(S_ZERO, "nan")  # type: ignore[arg-type]
+    m = compute_metrics(records_from(S_ZERO), zero_fail="skip")
+    assert m["forgetting_zero_fail"] == "skip" and m["forgetting_zero_fail_epochs"] == 1
+    assert m["forgetting"][1] is None and m["forgetting_mean"] == pytest.approx(0.75)
+    assert m["forgetting_mean_by_reading"] == pytest.approx({"zero": 0.5, "skip": 0.75})
+    assert compute_metrics(records_from(S_ZERO))["forgetting_zero_fail"] == "zero"  # the default
+    json.dumps(m)
+
+
+def test_metrics_cli_takes_the_reading(tmp_path: Path, capsys) -> None:
+    rd = RunDir(tmp_path)
+    append_jsonl(rd.episodes, [r.to_json() for r in records_from(S_ZERO)])
+    assert metrics_main([str(tmp_path), "--no-plots", "--forgetting-zero-fail", "skip"]) == 0
+    on_disk = json.loads(rd.metrics.read_text())
+    assert on_disk["forgetting_mean"] == pytest.approx(0.75) and on_disk["forgetting"][1] is None
+    assert metrics_main([str(tmp_path)]) == 0  # plots with a gap are fine too
+    assert (rd.plots / "forgetting.png").is_file()
+    capsys.readouterr()
+
+
+def test_retrieval_saturation_per_epoch() -> None:
+    def r(task, epoch, pool, own):
+        return rec(task, epoch, False, info={"retrieval": {"pool": pool, "own_only": own}})
+
+    recs = [r("t0", 1, 0, False), r("t1", 1, 2, False), r("t2", 1, 4, False),
+            r("t0", 2, 3, True), r("t1", 2, 3, True), r("t2", 2, 6, False),
+            rec("t9", 2, True)]  # a record without retrieval info (e.g. a carried task) is ignored
+    got = retrieval_by_epoch(recs)
+    assert got["1"] == {"retrievals": 3, "empty": 1, "mean_pool": pytest.approx(2.0), "own_only_share": 0.0}
+    assert got["2"] == {"retrievals": 3, "empty": 0, "mean_pool": pytest.approx(4.0),
+                        "own_only_share": pytest.approx(2 / 3)}
+    assert retrieval_by_epoch([r("t0", 1, 0, False)])["1"]["own_only_share"] is None  # no pool at all
+    assert retrieval_by_epoch(records_from(S3)) == {}  # modules that record nothing
+    assert compute_metrics(recs[:6])["retrieval"] == got

@@ -204,6 +204,33 @@ def test_injected_q_by_epoch(runs_dir: Path):
     assert qs[2] == [-0.5] * 4 and sorted(qs[3]) == [0.2, 0.5, 0.5, 0.5, 0.8]
 
 
+def test_readings_name_the_forgetting_reading_and_give_pools_per_epoch(tmp_path: Path):
+    # S: epoch 2 has no failure (FR = 0/0); FR_3 = 1/1 (t0 solved at 2, failed at 3)
+    run = write_run(tmp_path / "runs" / "r", memory="memrl", seed=0, S=[[1, 0], [1, 1], [0, 1]],
+                    tasks=["t0", "t1"])
+    pools = {(1, "t0"): (0, False), (1, "t1"): (0, False),  # epoch 1: empty bank
+             (2, "t0"): (4, False), (2, "t1"): (2, True),   # mean 3, own-only 1 of 2
+             (3, "t0"): (5, True), (3, "t1"): (1, True)}    # mean 3, own-only 2 of 2
+    rows = [json.loads(x) for x in RunDir(run).episodes.read_text().splitlines()]
+    for r in rows:
+        pool, own = pools[(r["epoch"], r["task_id"])]
+        r["info"]["retrieval"] = {"pool": pool, "own_only": own}
+    RunDir(run).episodes.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for reading, used in [("skip", 1.0), ("zero", 0.5)]:
+        out = tmp_path / reading
+        files = R.build_report([tmp_path / "runs"], out, n_boot=50, zero_fail=reading, warn=lambda m: None)
+        md = files["readings.md"].read_text()
+        assert f"The tables use the reading `{reading}`" in md
+        # one 0/0 epoch of the two epochs >= 2; the means under both readings whichever is used
+        assert "| alfworld | memrl | 1 | 2 | 0.500 | 1.000 |" in md
+        # per epoch: retrievals, empty pools, mean pool size (empty = 0), own-only share
+        assert "| alfworld | memrl | 1 | 2 | 2 | 0.00 | – |" in md  # nothing to share over
+        (t1,) = read_csv(out / "table1.csv")
+        assert float(t1["forgetting_mean"]) == pytest.approx(used)
+    assert "| alfworld | memrl | 2 | 2 | 0 | 3.00 | 0.500 |" in md
+    assert "| alfworld | memrl | 3 | 2 | 0 | 3.00 | 1.000 |" in md
+
+
 def test_lambda_grouping_three_values(tmp_path: Path):
     root = tmp_path / "multirun"
     # per λ, two seeds; Last per run is row 3's mean

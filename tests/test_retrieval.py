@@ -110,3 +110,107 @@ def test_similarity_quantile_on_known_vectors():
     assert similarity_quantile(e, 0.5) == pytest.approx(0.6, abs=1e-6)
     with pytest.raises(ValueError):
         similarity_quantile(e[:1], 0.8)
+
+
+# ---------------------------------------------------------------- keys, ties, official Phase A
+from memrl.memory.retrieval import (TIE_TOL, choose_key, epsilon_greedy, key_similarities,  # noqa: E402
+                                    pool_by_intent, rank_pool)
+
+
+def test_key_similarities_give_every_copy_of_a_key_its_best_similarity():
+    # two copies of key "a" reported a hair apart (a re-normalised stored vector)
+    sims = np.array([0.9, 0.8999996, 0.7])
+    got = key_similarities(sims, ["a", "a", "b"])
+    assert got.tolist() == [0.9, 0.9, 0.7]
+    assert key_similarities(sims, None).tolist() == sims.tolist()
+
+
+def test_phase_a_ties_include_takes_every_entry_tied_with_the_k1th():
+    # a task replayed for 3 epochs: its own memories (key "own") tie at sim 1; k1 = 2
+    sims = np.array([1.0, 1.0, 1.0, 0.8])
+    orders = np.array([0, 1, 2, 3])
+    keys = ["own", "own", "own", "other"]
+    assert phase_a(sims, delta=0.5, k1=2, ties="include", keys=keys, orders=orders).tolist() == [0, 1, 2]
+    # oldest (the old rule): the newest own memory is cut, so it is never retrieved
+    assert phase_a(sims, delta=0.5, k1=2, ties="oldest", keys=keys, orders=orders).tolist() == [0, 1]
+    # ties above the boundary are no cut: k1 = 3 takes all three own memories either way
+    assert phase_a(sims, delta=0.5, k1=3, ties="oldest", keys=keys, orders=orders).tolist() == [0, 1, 2]
+
+
+def test_phase_a_oldest_means_insertion_order_not_position():
+    sims = np.array([0.9, 0.9, 0.9, 0.95])
+    orders = np.array([7, 3, 5, 0])
+    # 0.95 first; then two of the three tied 0.9 entries: the oldest are orders 3 and 5
+    assert phase_a(sims, delta=0.0, k1=3, ties="oldest", orders=orders).tolist() == [3, 1, 2]
+    assert phase_a(sims, delta=0.0, k1=3, ties="include", orders=orders).tolist() == [3, 1, 2, 0]
+
+
+def test_tie_detection_is_a_tolerance_not_a_rounding_bin():
+    # 0.7000004 and 0.7000006 round to different 6-digit bins but differ by 2e-7 < TIE_TOL
+    a, b = 0.7000004, 0.7000006
+    assert round(a, 6) != round(b, 6) and abs(a - b) <= TIE_TOL
+    sims = np.array([0.9, a, b, 0.1])
+    assert phase_a(sims, delta=0.0, k1=2, ties="include").tolist() == [0, 2, 1]
+    # similarities further apart than the tolerance do not tie
+    c, d = 0.3, 0.3 + 1.5 * TIE_TOL
+    assert phase_a(np.array([0.9, d, c]), delta=0.0, k1=2, ties="include").tolist() == [0, 1]
+
+
+def test_pool_by_intent_expands_the_top_k1_keys_into_their_buckets():
+    # keys: A (sim .9, 3 memories), B (.8, 2), C (.7, 1), D (.4, below δ)
+    keys = ["A", "B", "A", "C", "B", "A", "D"]
+    sims = np.array([0.9, 0.8, 0.9, 0.7, 0.8, 0.9, 0.4])
+    orders = np.array([10, 11, 12, 13, 14, 15, 16])
+    # k1 = 2 keys -> A's bucket (oldest first: 0, 2, 5) then B's (1, 4): 5 memories, not 2
+    assert pool_by_intent(sims, keys, delta=0.5, k1=2, orders=orders).tolist() == [0, 2, 5, 1, 4]
+    assert pool_by_intent(sims, keys, delta=0.5, k1=3, orders=orders).tolist() == [0, 2, 5, 1, 4, 3]
+    # the gate works on keys: D never enters; without it, k1 = 4 reaches D
+    assert pool_by_intent(sims, keys, delta=0.5, k1=9, orders=orders).tolist() == [0, 2, 5, 1, 4, 3]
+    assert pool_by_intent(sims, keys, delta=0.5, k1=4, gate=False, orders=orders).tolist() == [0, 2, 5, 1, 4, 3, 6]
+    assert pool_by_intent(sims, keys, delta=0.95, k1=2, orders=orders).size == 0
+    # a key exactly at the threshold passes the official gate (sim >= δ); the paper's is strict
+    at = np.array([0.5, 0.5, 0.4])
+    assert pool_by_intent(at, ["A", "A", "B"], delta=0.5, k1=2).tolist() == [0, 1]
+    assert phase_a(at, delta=0.5, k1=2).size == 0
+
+
+def test_pool_by_intent_ties_between_keys():
+    # two keys tied at the k1-th key similarity: include takes both buckets, oldest the older key
+    keys = ["new", "old", "top", "old"]
+    sims = np.array([0.8, 0.8, 0.9, 0.8])
+    orders = np.array([5, 1, 0, 2])
+    assert pool_by_intent(sims, keys, delta=0.0, k1=2, ties="include", orders=orders).tolist() == [2, 1, 3, 0]
+    assert pool_by_intent(sims, keys, delta=0.0, k1=2, ties="oldest", orders=orders).tolist() == [2, 1, 3]
+
+
+def test_q_min_drops_memories_after_the_pool_statistics():
+    # λ = 1: score = z(Q), z taken over all three Qs, then Q = -0.9 < q_min leaves the pool
+    qs = np.array([1.0, 0.0, -0.9])
+    mean = qs.mean()  # 0.0333...
+    sd = qs.std()     # population std over the three = 0.77603
+    ranked, scores = rank_pool(np.array([0.5, 0.5, 0.5]), qs, PhaseBOptions(lam=1.0, k2=3, q_min=-0.8))
+    assert ranked.tolist() == [0, 1]
+    assert scores[0] == pytest.approx((1.0 - mean) / sd) and scores[0] == pytest.approx(1.245657, abs=1e-5)
+    assert scores[1] == pytest.approx((0.0 - mean) / sd)
+    assert np.isnan(scores[2])
+    # statistics after the drop would give ±1: not what the official code does
+    assert scores[0] != pytest.approx(1.0)
+    top, _ = phase_b(np.array([0.5, 0.5, 0.5]), qs, PhaseBOptions(lam=1.0, k2=3, q_min=-0.8))
+    assert top.tolist() == [0, 1]
+
+
+def test_epsilon_greedy_draws_only_from_the_ranked_candidates():
+    ranked = np.array([4, 0, 2])  # 1 and 3 were dropped (q_min)
+    rng = np.random.default_rng(0)
+    assert epsilon_greedy(ranked, 2, 0.0, rng).tolist() == [4, 0]
+    for seed in range(20):
+        got = epsilon_greedy(ranked, 2, 1.0, np.random.default_rng(seed)).tolist()
+        assert len(got) == 2 and set(got) <= {4, 0, 2}
+        assert got == [x for x in ranked.tolist() if x in got]  # kept in rank order
+
+
+def test_choose_key_takes_the_most_similar_key_above_the_threshold():
+    assert choose_key(np.array([0.92, 0.95, 0.5]), threshold=0.9) == 1
+    assert choose_key(np.array([0.95, 0.95]), threshold=0.9, orders=np.array([5, 2])) == 1  # older key
+    assert choose_key(np.array([0.89, 0.5]), threshold=0.9) is None  # opens a key of its own
+    assert choose_key(np.array([0.9]), threshold=0.9) == 0  # cos >= threshold joins

@@ -236,3 +236,26 @@ def test_an_oracle_reads_no_memories_and_moves_no_q(tmp_path):
     after = {e["id"]: (e["q"], e["visits"]) for e in memory.snapshot()}
     assert {i: after[i] for i in before} == before  # no Q moved, no visit counted
     assert {i for i in after if i.startswith("e002:")} == {f"e002:t{i}" for i in range(5)}
+
+
+@pytest.mark.parametrize("ties, epoch2", [("include", [5, 5, 4, 7, 5]), ("oldest", [4, 4, 4, 4, 4])])
+def test_each_record_carries_its_retrieval_pool(tmp_path, ties, epoch2):
+    """CoinEnv: t0, t2, t4 share intent A and t1, t3 intent B; δ = -1, k1 = 4, batches of 2.
+    Epoch 1: batch 0 sees an empty bank, batch 1 two memories, batch 2 four. Epoch 2 (five
+    memories from epoch 1, two more after each batch): t0 -> A x3 at sim 1, then B x2 tied
+    at the 4th place; t1 -> B x2, A x3 tied; t2 -> A x4 (bank of 7), the 4th is not tied
+    with a B; t3 -> B x3, A x4 tied; t4 -> A x5 (bank of 9) all tied at sim 1."""
+    emb = HashingEmbedder(dim=32)
+    memory = MemRLMemory(MemRLSettings(delta=-1.0, k1=4, k2=2, phase_a_ties=ties),
+                         bank_dir=tmp_path / "bank", embedder=emb)
+    llm = LLMClient(ScriptedBackend(hash_model, model_id="hash"), max_concurrency=2, max_retries=0)
+    env = CoinEnv()
+    Runner(tmp_path, env=env, memory=memory, llm=llm, seed=7, embed_intents=emb.embed,
+           settings=RunnerSettings(epochs=2, batch_size=2, progress=False)).run(env.tasks())
+    recs = read_episodes(RunDir(tmp_path).episodes)
+    pools = {e: [r.info["retrieval"]["pool"] for r in recs if r.epoch == e] for e in (1, 2)}
+    assert pools == {1: [0, 0, 2, 2, 4], 2: epoch2}
+    assert not any(r.info["retrieval"]["own_only"] for r in recs)  # every pool mixes tasks
+    got = write_metrics(tmp_path, plots=False)["retrieval"]
+    assert got["1"]["mean_pool"] == pytest.approx(8 / 5) and got["1"]["empty"] == 2
+    assert got["2"]["mean_pool"] == pytest.approx(sum(epoch2) / 5) and got["2"]["own_only_share"] == 0.0

@@ -66,7 +66,9 @@ class BigCodeBenchEnv(Env):
     tmpfs folders, its work folder, each of /tmp and /dev/shm), calibrated (the code prompt in front of
     the solution, as bigcodebench's calibrated evaluation), max_parallel (sandboxes at once;
     default the CPU count; lowered at start to what fits the machine at the caps, see
-    `sandbox_facts()`), cache_dir.
+    `sandbox_facts()`), intent (what retrieval embeds and memories are keyed by: task, the
+    description without the code header, | prompt, the split's whole prompt, as the official
+    MemRL code does), cache_dir.
     Agents: "react" (an LLM writes the code) or "canonical" (the task's own solution).
     `executor`: another checker (tests).
     """
@@ -131,7 +133,7 @@ class BigCodeBenchEnv(Env):
         return [self._task(problems[t]) for t in ids]
 
     def _task(self, p: loader.BCBProblem) -> Task:
-        return Task(task_id=p.task_id, intent=task_intent(p, self.s.split),
+        return Task(task_id=p.task_id, intent=task_intent(p, self.s.split, self.s.intent == "prompt"),
                     payload={"split": self.s.split, "subset": self.s.subset, "part": self.s.part,
                              "entry_point": p.entry_point, "libs": list(p.libs),
                              "content_hash": p.content_hash})

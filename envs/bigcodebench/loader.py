@@ -174,10 +174,12 @@ def task_sort_key(task_id: str) -> tuple[int, str]:
 
 
 def divide(task_ids: Sequence[str], seed: int, train_ratio: float) -> tuple[list[str], list[str]]:
-    """Seeded train/validation division: ids in numeric order, shuffled by `random.Random(seed)`,
-    the first floor(n * train_ratio) are train. Both parts come back in numeric order."""
+    """Seeded train/validation division, the one the paper's code makes: ids sorted as
+    strings, shuffled by `random.Random(seed)`, the first floor(n * train_ratio) are train
+    (seed 42 on Hard gives the 103 train tasks of the official `hard_seed42` split file, seed
+    123 on Full its `full_seed123` file). Both parts come back in numeric order."""
     ordered = sorted(set(task_ids), key=task_sort_key)
-    shuffled = list(ordered)
+    shuffled = sorted(set(task_ids))
     random.Random(seed).shuffle(shuffled)
     n_train = int(len(shuffled) * train_ratio)
     train = set(shuffled[:n_train])
@@ -208,7 +210,8 @@ def ids_fingerprint(task_ids: Iterable[str]) -> str:
 def default_split_path(cache_dir: Path, subset: str, task_ids: Sequence[str], seed: int,
                        train_ratio: float) -> Path:
     ratio = f"{train_ratio:g}".replace(".", "p")
-    name = f"{subset}-{len(task_ids)}tasks-{ids_fingerprint(task_ids)}-seed{seed}-r{ratio}.json"
+    # "-strsort": divisions made before `divide` sorted ids as strings are not reused
+    name = f"{subset}-{len(task_ids)}tasks-{ids_fingerprint(task_ids)}-seed{seed}-r{ratio}-strsort.json"
     return cache_dir / "bigcodebench" / "splits" / name
 
 

@@ -21,9 +21,12 @@ _COMPLETE = ("Complete the Python function below so that it does what its docstr
 FENCE = "```python\n"
 
 
-def task_intent(problem: BCBProblem, split: str) -> str:
+def task_intent(problem: BCBProblem, split: str, whole_prompt: bool = False) -> str:
     """What retrieval embeds: the natural-language task (instruct prompt without its code
-    header; for the complete split, the same description)."""
+    header; for the complete split, the same description). `whole_prompt`: the split's
+    prompt as it is (what the official code embeds: its runner's get_prompt)."""
+    if whole_prompt:
+        return (problem.instruct_prompt if split == "instruct" else problem.complete_prompt).strip()
     text = problem.instruct_prompt or problem.complete_prompt
     head, sep, _ = text.partition("You should write self-contained code starting with")
     return (head if sep else text).strip()

@@ -42,6 +42,7 @@ class BigCodeBenchSettings(EnvSettings):
     calibrated: bool = Field(True, description="prepend the code prompt, as bigcodebench's calibrated eval")
     max_parallel: int | None = no_effect(None, ge=1, description="sandboxes at once; null = CPU count; "
                                          "lowered at start to what fits the machine at the caps")
+    intent: Literal["task", "prompt"] = Field("task", description="retrieval key: task description | whole prompt")
     cache_dir: str | None = no_effect(None)
 
     @model_validator(mode="after")

@@ -15,6 +15,7 @@ from memrl_envs.base import EnvSettings
 # Fields of the judge section that go to `memrl.llm.factory.build_client` as they are.
 CLIENT_FIELDS = (
     "backend", "model", "api_base", "api_key_env", "timeout", "max_concurrency", "max_retries",
+    "adaptive_concurrency", "rpm", "tpm",
     "temperature", "top_p", "max_tokens", "cache", "cache_path", "n_ctx", "n_threads",
     "model_path", "script", "backoff_base", "backoff_max", "model_fingerprint",
 )

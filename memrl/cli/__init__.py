@@ -6,6 +6,7 @@
     memrl bank top|hist|export|import|merge|copy ...   memory banks (memrl/cli/bank.py)
     memrl cache stats|clear|path         the cache folder (memrl/cli/cache.py)
     memrl keys [--hydra]                 which config keys do not change results (memrl/cli/keys.py)
+    memrl plan [-m] [HYDRA OVERRIDES...] calls, tokens, cost, wall time before a run (memrl/plan.py)
     memrl db up|down|status              the Lifelong-DB MariaDB server (memrl_envs.lifelong.db_server)
     memrl rootfs build|path              the Lifelong-OS root file system (memrl_envs.lifelong.os_rootfs)
     memrl teach [HYDRA OVERRIDES...]     a teacher bank: the env's oracle plays once (memrl/teach.py)
@@ -55,6 +56,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "bank": _tool("memrl.cli.bank"),
     "cache": _tool("memrl.cli.cache"),
     "keys": _tool("memrl.cli.keys"),
+    "plan": _tool("memrl.plan"),
     "db": _tool("memrl_envs.lifelong.db_server", named=False),
     "rootfs": _tool("memrl_envs.lifelong.os_rootfs", named=False),
     "teach": _tool("memrl.teach", named=False),

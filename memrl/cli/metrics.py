@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from memrl.metrics import write_metrics
+from memrl.metrics import ZERO_FAIL_READINGS, write_metrics
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "memrl metrics") -> int:
@@ -17,9 +17,12 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl metrics") -> int:
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--no-plots", action="store_true", help="write metrics.json only")
     ap.add_argument("--allow-missing", action="store_true", help="count missing (task, epoch) cells as failures")
+    ap.add_argument("--forgetting-zero-fail", choices=ZERO_FAIL_READINGS, default="zero",
+                    help="an epoch with no failure (FR = 0/0): count it as 0 (default) or skip it")
     args = ap.parse_args(argv)
     try:
-        metrics = write_metrics(args.run_dir, plots=not args.no_plots, allow_missing=args.allow_missing)
+        metrics = write_metrics(args.run_dir, plots=not args.no_plots, allow_missing=args.allow_missing,
+                                zero_fail=args.forgetting_zero_fail)
     except (FileNotFoundError, ValueError) as exc:
         print(f"memrl.metrics: error: {exc}", file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from memrl.metrics import ZERO_FAIL_READINGS
 from memrl.report import build_report
 from memrl.report.grouping import REFERENCE
 
@@ -20,10 +21,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl report") -> int:
     ap.add_argument("--n-boot", type=int, default=10_000, help="bootstrap draws (default 10000)")
     ap.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     ap.add_argument("--reference", default=REFERENCE, help="memory name compared against (default memrl)")
+    ap.add_argument("--forgetting-zero-fail", choices=ZERO_FAIL_READINGS, default="zero",
+                    help="an epoch with no failure (FR = 0/0): count it as 0 (default) or leave it out")
     args = ap.parse_args(argv)
     try:
         files = build_report(args.paths, args.out, n_boot=args.n_boot, seed=args.seed,
-                             reference=args.reference, warn=lambda m: print(m, file=sys.stderr))
+                             reference=args.reference, zero_fail=args.forgetting_zero_fail,
+                             warn=lambda m: print(m, file=sys.stderr))
     except (FileNotFoundError, ValueError) as exc:
         print(f"report: error: {exc}", file=sys.stderr)
         return 2

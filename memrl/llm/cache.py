@@ -3,11 +3,23 @@
 The key is a hash of everything that can change an answer: the backend's model id, the
 messages and the sampling parameters. `sample_id` joins the key only when temperature > 0:
 a temperature-0 answer is deterministic, so identical prompts share one entry, while
-sampled answers stay distinct per sample and replay exactly on a rerun.
+sampled answers stay distinct per sample and replay exactly on a rerun. Nothing in a key names
+the memory method: the sample id is seed / epoch / task / purpose / call index (memrl.runner,
+EpisodeLLM), so the methods of a sweep share every answer whose prompt is the same (all of an
+empty bank's first batch: tests/test_shared_work.py).
 
 Multi-part content (text and images) enters the key as a list of parts, an image by the
 sha256 of its URL; plain-string content enters as the string, and `response_format` only
 when it is set, so the key of a text-only request is the same as before either existed.
+
+Claims (in-flight deduplication across processes): runs launched in parallel on one cache
+must not pay twice for the same request. Before calling the model on a miss, a client
+`claim`s the key (a row in the `claims` table: owner, pid, host, time); a second process that
+finds the key claimed waits for the owner's answer to land in the cache instead of calling
+(`LLMClient`, memrl.llm.client, polls `get`). The owner `release`s the claim when its call
+ends, answered or failed; a claim whose process is gone (same host, pid not alive) or older
+than `CLAIM_LEASE_S` is taken over, so a killed run never blocks another. Within one process
+the client deduplicates with an event per key, before any claim is made.
 
 A cache file that cannot be opened, read or written (a full disk, a read-only file system,
 a corrupt file) raises `memrl.storage.StorageError` naming the file and the cause.
@@ -17,15 +29,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
 import sqlite3
 import threading
+import time
+import uuid
 from pathlib import Path
 
 from memrl.llm.base import Content, ImagePart, LLMRequest, LLMResponse
+from memrl.lock import pid_alive
 from memrl.storage import writing
 
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+_CLAIMS = ("CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL, "
+           "pid INTEGER NOT NULL, host TEXT NOT NULL, since REAL NOT NULL)")
+# a claim older than this is taken over even if its process seems alive (another host, a
+# reused pid): longer than any one call with its retries is expected to take
+CLAIM_LEASE_S = 900.0
 
 
 def _key_content(content: Content) -> object:
@@ -69,6 +91,9 @@ class ResponseCache:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        # who this process is in the claims table (a fresh id per open cache)
+        self.owner = uuid.uuid4().hex
+        self._host = socket.gethostname()
         with writing(self.path, WHAT, hint=HINT, verb="open"):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # timeout: wait for other processes' write locks instead of failing at once.
@@ -77,6 +102,7 @@ class ResponseCache:
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute("PRAGMA synchronous=NORMAL")
                 self._conn.execute(_SCHEMA)
+                self._conn.execute(_CLAIMS)
                 self._conn.commit()
 
     def get(self, key: str) -> LLMResponse | None:
@@ -109,6 +135,50 @@ class ResponseCache:
             self._conn.execute(
                 "INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", (key, value)
             )
+            self._conn.commit()
+
+    # -- claims (module doc) ------------------------------------------------------------
+    def claim(self, key: str) -> bool:
+        """True when this process may call the model for `key` (the claim is now its own);
+        False while another live process holds it."""
+        now = time.time()
+        with writing(self.path, WHAT, hint=HINT), self._lock:
+            cur = self._conn.execute(
+                "INSERT OR IGNORE INTO claims (key, owner, pid, host, since) VALUES (?, ?, ?, ?, ?)",
+                (key, self.owner, os.getpid(), self._host, now))
+            if cur.rowcount == 1:
+                self._conn.commit()
+                return True
+            row = self._conn.execute("SELECT owner, pid, host, since FROM claims WHERE key = ?",
+                                     (key,)).fetchone()
+            if row is None:  # released in between: claim it now
+                self._conn.execute("INSERT OR IGNORE INTO claims (key, owner, pid, host, since) "
+                                   "VALUES (?, ?, ?, ?, ?)", (key, self.owner, os.getpid(), self._host, now))
+                self._conn.commit()
+                return True
+            owner, pid, host, since = row
+            if owner == self.owner:
+                self._conn.commit()
+                return True
+            stale = (host == self._host and not pid_alive(int(pid))) or now - float(since) > CLAIM_LEASE_S
+            if stale:  # its process is gone: take it over (only if nobody else did first)
+                cur = self._conn.execute(
+                    "UPDATE claims SET owner = ?, pid = ?, host = ?, since = ? WHERE key = ? AND owner = ?",
+                    (self.owner, os.getpid(), self._host, now, key, owner))
+                self._conn.commit()
+                return cur.rowcount == 1
+            self._conn.commit()
+            return False
+
+    def claimed(self, key: str) -> bool:
+        """Whether any process holds a claim on `key`."""
+        with writing(self.path, WHAT, hint=HINT, verb="read"), self._lock:
+            return self._conn.execute("SELECT 1 FROM claims WHERE key = ?", (key,)).fetchone() is not None
+
+    def release(self, key: str) -> None:
+        """Drop this process's claim on `key` (no-op if it holds none)."""
+        with writing(self.path, WHAT, hint=HINT), self._lock:
+            self._conn.execute("DELETE FROM claims WHERE key = ? AND owner = ?", (key, self.owner))
             self._conn.commit()
 
     def __len__(self) -> int:

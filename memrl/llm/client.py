@@ -12,7 +12,15 @@ Interface contract:
 Every failure of the backend (after retries for transient errors, at once for the others)
 surfaces as `LLMError`, with the backend's exception as `__cause__`. Waits between tries grow
 exponentially (backoff_base · 2^k, jitter seeded by the request so reruns wait alike); a
-server's Retry-After is used instead when given. No single wait exceeds backoff_max.
+server's Retry-After is used instead when given (for a 429 with the adaptive limiter: what is
+left of the shared pause). No single wait exceeds backoff_max.
+
+Concurrency (memrl.llm.ratelimit): at most `max_concurrency` backend calls are in flight. With
+`adaptive` (default) a 429 halves that limit (once per wave of rejections) and each success
+adds 1/limit back; a 429's Retry-After holds every caller until it passes (the rejected
+request's retry waits there with the others, instead of sleeping on its own and coming back
+with them all at once). `rpm` / `tpm` pace requests to a provider's per-minute limits.
+`adaptive=False` keeps a fixed limit (each caller then sleeps its own Retry-After).
 
 Images: message content may be a tuple of `TextPart`/`ImagePart` (or OpenAI-style part dicts).
 A request with an image for a backend whose `supports_images` is not true fails at once with
@@ -39,6 +47,12 @@ Empty replies: a backend that says `empty_reply_is_fault` (an HTTP API, where a 
 content is a provider fault) has an empty or blank reply retried like a transient error
 (`EmptyReplyError`), never cached; if it outlasts the retries the call fails. The embedded
 model's empty completion is its answer and stays one.
+
+In-flight deduplication: with a cache, one request (one cache key) is sent at most once at a
+time by all the callers sharing that cache: threads of this process wait on the first
+caller's event, other processes on its claim in the cache (memrl.llm.cache), then read the
+answer from the cache (counted as cache hits; `claim_waits` counts the polls). Runs launched
+in parallel on one cache thus pay for a shared request once.
 
 Cache keys use the backend's `cache_identity` (what the model is: the model name for hosted
 APIs, the name plus what a self-hosted server reports, see memrl.llm.litellm_backend), else
@@ -69,10 +83,12 @@ from memrl.llm.base import (
     UnsupportedContentError,
     UsageMeter,
     as_content,
+    content_text,
     has_images,
 )
 from memrl.guards import MODEL, STORAGE, Tripwire
 from memrl.llm.cache import ResponseCache, request_key
+from memrl.llm.ratelimit import ConcurrencyLimiter
 from memrl.storage import StorageError
 
 log = logging.getLogger(__name__)
@@ -166,6 +182,19 @@ def _header(headers: Any, name: str) -> str | None:
     return None
 
 
+def is_rate_limit(exc: BaseException) -> bool:
+    """True for a provider's rate limit (HTTP 429; litellm / openai `RateLimitError`)."""
+    if getattr(exc, "status_code", None) == 429:
+        return True
+    return any(c.__name__ == "RateLimitError" for c in _provider_classes(exc))
+
+
+def _estimate_tokens(request: LLMRequest) -> int:
+    """A request's tokens before it is sent (for the tpm window): characters / 4 + max_tokens."""
+    chars = sum(len(content_text(content)) for _, content in request.messages)
+    return chars // 4 + int(request.max_tokens)
+
+
 def retry_after_seconds(exc: BaseException) -> float | None:
     """Seconds the server asked us to wait (Retry-After / retry-after-ms), if it said."""
     response = getattr(exc, "response", None)
@@ -202,6 +231,8 @@ def _short(exc: BaseException | None, limit: int = 300) -> str:
 class LLMClient:
     """Wraps a `Backend` with a cache, retries, a concurrency bound and usage totals."""
 
+    CLAIM_POLL_S = 0.05  # first wait for another process's answer (grows to 1 s)
+
     def __init__(
         self,
         backend: Backend,
@@ -213,6 +244,9 @@ class LLMClient:
         defaults: Mapping[str, Any] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         tripwire: Tripwire | None = None,
+        adaptive: bool = True,
+        rpm: int | None = None,
+        tpm: int | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
@@ -224,9 +258,12 @@ class LLMClient:
         self.backoff_max = float(backoff_max)
         self.defaults: dict[str, Any] = dict(defaults or {})
         self._sleep = sleep
-        self._sem = threading.BoundedSemaphore(max_concurrency)
+        # the in-flight bound: halves on 429s, recovers additively, pauses every caller for
+        # a Retry-After, paced by rpm / tpm when given (memrl.llm.ratelimit)
+        self.limiter = ConcurrencyLimiter(max_concurrency, adaptive=adaptive, rpm=rpm, tpm=tpm)
         self._lock = threading.Lock()
         self._totals: Counter[str] = Counter()
+        self._flights: dict[str, threading.Event] = {}  # keys being called in this process
         self._cost = 0.0
         # the run's stop signal (memrl.guards): tripped by a fatal error seen here
         self.tripwire = tripwire
@@ -272,10 +309,92 @@ class LLMClient:
             except StorageError as exc:
                 self._storage_failed(exc)
             if hit is not None:
+                return self._served(hit)
+            # one call per key at a time, in this process and across processes sharing the
+            # cache: a caller that finds the key in flight waits for that answer instead
+            shared, claimed = self._lead_or_wait(key)
+            if shared is not None:
+                return self._served(shared)
+            try:
+                return self._call(request, key)
+            finally:
+                self._end_flight(key, claimed)
+        return self._call(request, key)
+
+    def _served(self, hit: LLMResponse) -> LLMResponse:
+        with self._lock:
+            self._totals["requests"] += 1
+            self._totals["cache_hits"] += 1
+        return hit
+
+    def _cached(self, key: str) -> LLMResponse | None:
+        assert self.cache is not None
+        try:
+            return self.cache.get(key)
+        except StorageError as exc:
+            self._storage_failed(exc)
+
+    def _lead_or_wait(self, key: str) -> tuple[LLMResponse | None, bool]:
+        """(an answer another caller made for `key` while this one waited, False), or (None,
+        claimed) when this caller is to call the model; `claimed`: it holds the key's claim
+        in the cache (memrl.llm.cache), to be released by `_end_flight`."""
+        assert self.cache is not None
+        while True:
+            with self._lock:
+                flight = self._flights.get(key)
+                if flight is None:
+                    self._flights[key] = threading.Event()
+            if flight is not None:  # another thread of this process is on it
+                flight.wait()
+                hit = self._cached(key)
+                if hit is not None:
+                    return hit, False
+                continue  # its call failed: this one tries (or waits for the next one)
+            break
+        try:
+            wait = self.CLAIM_POLL_S
+            while True:
+                try:
+                    if self.cache.claim(key):
+                        break
+                except StorageError as exc:
+                    self._storage_failed(exc)
+                hit = self._cached(key)  # another process holds it: wait for its answer
+                if hit is not None:
+                    self._end_flight(key, False)
+                    return hit, False
+                trip = self.tripwire.tripped if self.tripwire is not None else None
+                if trip is not None:
+                    raise LLMError(f"{self.backend.model_id}: not called, the run is stopping ({trip.message})")
                 with self._lock:
-                    self._totals["requests"] += 1
-                    self._totals["cache_hits"] += 1
-                return hit
+                    self._totals["claim_waits"] += 1
+                time.sleep(wait)
+                wait = min(1.0, wait * 1.5)
+            hit = self._cached(key)  # answered just before the claim was free
+            if hit is not None:
+                self._end_flight(key, True)
+                return hit, False
+        except BaseException:
+            self._end_flight(key, False)
+            raise
+        return None, True
+
+    def _end_flight(self, key: str, claimed: bool) -> None:
+        """This caller is done with `key`: its claim released, this process's waiters woken."""
+        try:
+            if claimed and self.cache is not None:
+                try:
+                    self.cache.release(key)
+                except StorageError as exc:
+                    self._trip(STORAGE, str(exc))
+        finally:
+            with self._lock:
+                flight = self._flights.pop(key, None)
+            if flight is not None:
+                flight.set()
+
+    def _call(self, request: LLMRequest, key: str) -> LLMResponse:
+        """The backend's answer (retried), counted, then cached."""
         try:
             resp = self._call_with_retries(request, key)
         except Exception as exc:
@@ -341,19 +460,35 @@ class LLMClient:
 
     def _attempt(self, request: LLMRequest) -> LLMResponse:
         # The slot is held only while the backend works, not while backing off.
-        with self._sem:
+        slot = self.limiter.acquire(_estimate_tokens(request))
+        try:
             resp = self.backend.generate(request)
+        except BaseException as exc:
+            limited = is_rate_limit(exc)
+            self.limiter.release(slot, ok=False, rate_limited=limited,
+                                 retry_after=self._asked(exc) if limited else None)
+            raise
+        self.limiter.release(slot, ok=True, tokens=resp.prompt_tokens + resp.completion_tokens)
         if not (resp.text or "").strip() and getattr(self.backend, "empty_reply_is_fault", False):
             raise EmptyReplyError(f"the server answered with empty content ({resp.completion_tokens} "
                                   "completion tokens)")
         return resp
 
+    def _asked(self, exc: BaseException) -> float | None:
+        """The server's Retry-After for this error, capped at backoff_max."""
+        asked = retry_after_seconds(exc)
+        return None if asked is None else min(asked, self.backoff_max)
+
     def _wait(self, key: str) -> Callable[[RetryCallState], float]:
         def wait(state: RetryCallState) -> float:
             exc = state.outcome.exception() if state.outcome is not None else None
-            asked = retry_after_seconds(exc) if exc is not None else None
+            asked = self._asked(exc) if exc is not None else None
             if asked is not None:
-                return min(asked, self.backoff_max)
+                # adaptive: the limiter holds every caller until the shared pause ends (this
+                # retry sleeps what is left of it); fixed: this caller sleeps on its own
+                if self.limiter.adaptive and is_rate_limit(exc):
+                    return min(asked, self.limiter.paused_for())
+                return asked
             # Exponential backoff with jitter in [0.5, 1.0) of the step, seeded by the
             # request and attempt so a rerun waits the same way.
             step = min(self.backoff_max, self.backoff_base * 2 ** (state.attempt_number - 1))
@@ -392,12 +527,14 @@ class LLMClient:
                     "cache_hits",
                     "retries",
                     "failures",
+                    "claim_waits",
                     "prompt_tokens",
                     "completion_tokens",
                 )
             }
             out["cost_usd"] = self._cost
         out["model"] = self.backend.model_id
+        out["limiter"] = self.limiter.stats()
         stats = getattr(self.backend, "stats", None)
         if callable(stats):  # backends that measure their own work (the embedded model)
             out["backend"] = stats()

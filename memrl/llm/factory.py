@@ -1,15 +1,15 @@
 """Build an `LLMClient` from the `llm` config group (a plain dict or an OmegaConf DictConfig).
 
 Keys: backend (litellm | local | scripted), model, api_base, api_key_env, timeout,
-max_concurrency, max_retries, temperature, top_p, max_tokens, cache (bool), cache_path,
-n_ctx, model_path, vision (image input: true/false; null = litellm's model list for litellm
-backends, never for `local`); for `litellm` also `extra` (a mapping passed to
-`litellm.completion` as it is, e.g. `{repeat_penalty: 1.0}` for a llama.cpp server) and
-`model_fingerprint` (which model a server serves); for `local` `model` (a packaged model
-name), `model_path` (any GGUF instead), `mode` (completion | chat), n_ctx, n_threads,
-`reuse_prefix` and `prefix_block` (see memrl.llm.local); for `scripted` optionally `script`
-("package.module:function", a function request -> str; default: echo the last user message)
-and `model` as its model id.
+max_concurrency, adaptive_concurrency, rpm, tpm (memrl.llm.ratelimit), max_retries,
+temperature, top_p, max_tokens, cache (bool), cache_path, n_ctx, model_path, vision (image
+input: true/false; null = litellm's model list for litellm backends, never for `local`); for
+`litellm` also `extra` (a mapping passed to `litellm.completion` as it is, e.g.
+`{repeat_penalty: 1.0}` for a llama.cpp server) and `model_fingerprint` (which model a server
+serves); for `local` `model` (a packaged model name), `model_path` (any GGUF instead), `mode`
+(completion | chat), n_ctx, n_threads, `reuse_prefix` and `prefix_block` (see
+memrl.llm.local); for `scripted` optionally `script` ("package.module:function", a function
+request -> str; default: echo the last user message) and `model` as its model id.
 """
 
 from __future__ import annotations
@@ -93,6 +93,9 @@ def build_client(cfg: Mapping[str, Any]) -> LLMClient:
         backend,
         cache=cache,
         max_concurrency=int(_get(cfg, "max_concurrency", 8)),
+        adaptive=bool(_get(cfg, "adaptive_concurrency", True)),
+        rpm=None if cfg.get("rpm") is None else int(cfg["rpm"]),
+        tpm=None if cfg.get("tpm") is None else int(cfg["tpm"]),
         max_retries=int(_get(cfg, "max_retries", 6)),
         backoff_base=float(_get(cfg, "backoff_base", 1.0)),
         backoff_max=float(_get(cfg, "backoff_max", 60.0)),

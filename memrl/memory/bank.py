@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from memrl.result_keys import no_effect
 
 from .entry import BankUpdate, MemoryEntry
+from .retrieval import TIE_TOL, key_similarities, phase_a
 
 _GET_PAGE = 2000
 _ADD_BATCH = 5000  # Chroma's maximum batch is 5,461
@@ -129,13 +130,16 @@ class ChromaBank:
     def count(self) -> int:
         return self.col.count()
 
-    def query(self, embedding: np.ndarray, k: int) -> list[tuple[MemoryEntry, float]]:
-        """Top-k entries by cosine similarity, most similar first; ties (within 1e-6) go to
-        the older entry.
+    def neighbours(self, embedding: np.ndarray, k: int, *,
+                   by_key: bool = False) -> list[tuple[MemoryEntry, float]]:
+        """Entries by cosine similarity, most similar first (ties: older first), enough of them
+        that the top-k entries -- or, with `by_key`, every entry of the top-k keys (see
+        `retrieval.key_similarities`) -- and everything tied with the k-th are in hand.
 
         Banks are full of exact ties (the same task's memories from successive epochs share
-        one intent), and the index returns an arbitrary subset of tied entries. So the query
-        widens until everything tied with the k-th result is in hand, then cuts at k.
+        one key), and the index returns an arbitrary subset of tied entries. So the query
+        widens until the last result is below the k-th similarity by more than the tie
+        tolerance, or the whole bank is in hand. Nothing is cut: the caller's Phase A does.
         """
         if k <= 0:
             return []
@@ -149,12 +153,32 @@ class ChromaBank:
             out = [(MemoryEntry.from_chroma(mid, doc, meta), 1.0 - float(dist))
                    for mid, doc, meta, dist in zip(res["ids"][0], res["documents"][0],
                                                    res["metadatas"][0], res["distances"][0])]
-            out.sort(key=lambda p: (-round(p[1], 6), p[0].order))
+            sims = key_similarities(np.array([s for _, s in out]), [e.key for e, _ in out])
+            rank = sorted(range(len(out)), key=lambda i: (-sims[i], out[i][0].order))
+            out = [out[i] for i in rank]
+            sims = sims[rank]
             if len(out) < want:
-                return out[:k]  # the whole bank is in hand
-            if round(out[-1][1], 6) < round(out[k - 1][1], 6):
-                return out[:k]  # the last result is below the k-th: no tie is cut off
+                return out  # the whole bank is in hand
+            if by_key:
+                seen: set[str] = set()
+                firsts = [i for i, (e, _) in enumerate(out) if not (e.key in seen or seen.add(e.key))]
+                boundary = sims[firsts[k - 1]] if len(firsts) >= k else None
+            else:
+                boundary = sims[k - 1]
+            if boundary is not None and sims[-1] < boundary - TIE_TOL:
+                return out  # the last result is below the k-th: no tie is cut off
             want *= 2
+
+    def query(self, embedding: np.ndarray, k: int) -> list[tuple[MemoryEntry, float]]:
+        """Top-k entries by cosine similarity, most similar first; entries tied with the k-th
+        (one key, or within `TIE_TOL`) go to the older entry."""
+        hits = self.neighbours(embedding, k)
+        if not hits:
+            return []
+        sims = np.array([s for _, s in hits])
+        keep = phase_a(sims, delta=-1.0, k1=k, gate=False, ties="oldest", keys=[e.key for e, _ in hits],
+                       orders=np.array([e.order for e, _ in hits]))
+        return [hits[i] for i in keep]
 
     def get(self, ids: list[str], *, with_embeddings: bool = False) -> dict[str, MemoryEntry]:
         if not ids:

@@ -25,6 +25,13 @@ class MemoryEntry:
     order: int = 0  # insertion order, for deterministic listing
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def key(self) -> str:
+        """The key this memory is filed under: its stored intent text. Memories of one task
+        share it; a near-duplicate intent that joins an existing key copies that key's text
+        and embedding (`dedup_threshold`), so one key means one stored vector."""
+        return self.intent
+
     def metadata(self) -> dict[str, Any]:
         """Chroma metadata (scalars only)."""
         return {

@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from memrl.records import EpisodeResult, RetrievedMemory, Task
+from memrl.records import EpisodeResult, RetrievalStats, Retrieved, RetrievedMemory, Task
 
 from .bank import BankSettings
 from .base import BankedMemory, LearnItem, NewMemory
-from .entry import BankUpdate
-from .retrieval import PhaseBOptions, phase_a, phase_b, similarity_quantile, update_q
+from .entry import BankUpdate, MemoryEntry
+from .retrieval import (PhaseBOptions, TieRule, choose_key, epsilon_greedy, key_similarities,
+                        passes_gate, phase_a, pool_by_intent, rank_pool, similarity_quantile,
+                        update_q)
 from .writer import ExperienceWriter
 
 if TYPE_CHECKING:
@@ -67,6 +69,11 @@ class MemRLSettings(BaseModel):
     dedup_threshold: float | None = Field(None, ge=0.0, le=1.0)  # near-duplicate intents share a key
     z_clip: float | None = Field(None, gt=0.0)  # clip z(Q) to [-c, c]
     q_floor: float | None = None
+    # Phase A ranks intent keys; the top-k1 keys' buckets (all their memories) form the pool
+    pool_by_intent: bool = False
+    q_min: float | None = None  # memories with Q < q_min leave the pool after its Q statistics
+    # entries tied with the k1-th similarity: all enter the pool (Phase B decides) | oldest first
+    phase_a_ties: TieRule = "include"
     # --- ablations ---------------------------------------------------------------------------
     normalize: bool = True  # False (with sim_gate False) = "w/o Norm & SimGate"
     sim_gate: bool = True
@@ -75,7 +82,7 @@ class MemRLSettings(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "MemRLSettings":
-        if self.k2 > self.k1:
+        if self.k2 > self.k1 and not self.pool_by_intent:  # a pool of k1 keys holds more memories
             raise ValueError(f"k2: must not exceed k1 (k2={self.k2} > k1={self.k1})")
         if isinstance(self.delta, float) and not -1.0 <= self.delta <= 1.0:
             raise ValueError(f"delta: must be a cosine similarity in [-1, 1] or 'auto' (got {self.delta})")
@@ -95,7 +102,7 @@ class MemRLMemory(BankedMemory):
             lam=settings.lam, k2=settings.k2, normalize=settings.normalize,
             sim_mean=settings.sim_stats[0] if settings.sim_stats else None,
             sim_std=settings.sim_stats[1] if settings.sim_stats else None,
-            z_clip=settings.z_clip)
+            z_clip=settings.z_clip, q_min=settings.q_min)
 
     # ------------------------------------------------------------------ set-up
     def prepare(self, tasks: list[Task], seed: int) -> dict[str, Any]:
@@ -115,26 +122,29 @@ class MemRLMemory(BankedMemory):
         return self.embedder.embed([text])[0]
 
     # --------------------------------------------------------------- retrieve
-    def retrieve(self, task: Task, *, seed: int = 0) -> list[RetrievedMemory]:
-        hits = self.bank.query(self._embed(task.intent), self.s.k1)
-        if not hits:
-            return []
-        sims = np.array([s for _, s in hits])
-        pool_idx = phase_a(sims, delta=self.delta, k1=self.s.k1, gate=self.s.sim_gate)
-        if pool_idx.size == 0:
-            return []  # nothing similar enough: inject no memory
-        pool = [hits[i] for i in pool_idx]
+    def retrieve(self, task: Task, *, seed: int = 0) -> Retrieved:
+        hits = self.bank.neighbours(self._embed(task.intent), self.s.k1, by_key=self.s.pool_by_intent)
+        keys = [e.key for e, _ in hits]
+        orders = np.array([e.order for e, _ in hits])
+        sims = key_similarities(np.array([s for _, s in hits]), keys)
+        if self.s.pool_by_intent:
+            pool_idx = pool_by_intent(sims, keys, delta=self.delta, k1=self.s.k1, gate=self.s.sim_gate,
+                                      ties=self.s.phase_a_ties, orders=orders)
+        else:
+            pool_idx = phase_a(sims, delta=self.delta, k1=self.s.k1, gate=self.s.sim_gate,
+                               ties=self.s.phase_a_ties, keys=keys, orders=orders)
+        pool = [hits[i][0] for i in pool_idx]
+        stats = RetrievalStats(pool=len(pool),
+                               own_only=bool(pool) and all(e.task_id == task.task_id for e in pool))
+        if not pool:
+            return Retrieved([], stats)  # nothing similar enough: inject no memory
         psims = sims[pool_idx]
-        qs = np.array([e.q for e, _ in pool])
-        top, scores = phase_b(psims, qs, self._phase_b)
-        if self.s.epsilon > 0:
-            rng = np.random.default_rng(seed)
-            if rng.random() < self.s.epsilon:
-                top = np.sort(rng.choice(len(pool), size=min(self.s.k2, len(pool)), replace=False))
-        return [RetrievedMemory(memory_id=pool[i][0].memory_id, intent=pool[i][0].intent,
-                                experience=pool[i][0].experience, q=pool[i][0].q,
-                                similarity=float(psims[i]), score=float(scores[i]),
-                                success=pool[i][0].success) for i in top]
+        ranked, scores = rank_pool(psims, np.array([e.q for e in pool]), self._phase_b)
+        top = epsilon_greedy(ranked, self.s.k2, self.s.epsilon, np.random.default_rng(seed))
+        return Retrieved([RetrievedMemory(memory_id=pool[i].memory_id, intent=pool[i].intent,
+                                          experience=pool[i].experience, q=pool[i].q,
+                                          similarity=float(psims[i]), score=float(scores[i]),
+                                          success=pool[i].success) for i in top], stats)
 
     # ------------------------------------------------------------------ learn
     def digest(self, task: Task, result: EpisodeResult, *, epoch: int,
@@ -176,14 +186,33 @@ class MemRLMemory(BankedMemory):
         return NewMemory(experience=it.digest["experience"], kind=it.digest.get("kind", ""), q=q0)
 
     def _entry_key(self, it: LearnItem) -> tuple[str, list[float]]:
-        """The task's intent and embedding; with `dedup_threshold`, the key of the nearest
-        entry already in the bank when it is at least that similar (one key shared)."""
-        key_text, key = super()._entry_key(it)
-        if self.s.dedup_threshold is not None:
-            near = self.bank.query(np.asarray(key), 1)
-            if near and near[0][1] >= self.s.dedup_threshold:
-                twin = self.bank.get([near[0][0].memory_id], with_embeddings=True)
-                if twin:
-                    entry = next(iter(twin.values()))
-                    key_text, key = entry.intent, entry.embedding
-        return key_text, key
+        """The key (intent text, embedding) a new memory is filed under: the task's own intent,
+        or -- with `dedup_threshold` -- the most similar existing key when cos ≥ the threshold
+        and the key passes the similarity gate (the official code only joins a key that was
+        retrieved for the task). `plan` runs against the bank as of batch start, i.e. the
+        bank the batch's retrievals saw."""
+        intent, own = super()._entry_key(it)
+        if self.s.dedup_threshold is None:
+            return intent, own
+        hits = self.bank.neighbours(np.asarray(own), 1, by_key=True)
+        sims = key_similarities(np.array([s for _, s in hits]), [e.key for e, _ in hits])
+        entries: dict[str, MemoryEntry] = {}  # key -> its oldest entry
+        key_sim: dict[str, float] = {}
+        for (e, _), sim in zip(hits, sims):
+            if e.key not in entries or e.order < entries[e.key].order:
+                entries[e.key] = e
+            key_sim[e.key] = float(sim)
+        keys = list(entries)
+        key_sims = np.array([key_sim[k] for k in keys])
+        if self.s.sim_gate:
+            key_sims = np.where(passes_gate(key_sims, self.delta, inclusive=self.s.pool_by_intent),
+                                key_sims, -np.inf)
+        best = choose_key(key_sims, threshold=self.s.dedup_threshold,
+                          orders=np.array([entries[k].order for k in keys]))
+        if best is None:
+            return intent, own
+        twin = self.bank.get([entries[keys[best]].memory_id], with_embeddings=True)
+        if not twin:
+            return intent, own
+        entry = next(iter(twin.values()))
+        return entry.intent, entry.embedding

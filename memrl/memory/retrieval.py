@@ -3,13 +3,34 @@
 Phase A keeps the top-k1 entries by cosine similarity among those with sim > δ.
 Phase B ranks that pool by (1-λ)·ẑ(sim) + λ·ẑ(Q), z-scores taken within the pool,
 and keeps the top-k2.
+
+Keys. Every memory is filed under a key: the intent text it was stored with. Memories of one
+task share its intent, and with `dedup_threshold` a near-duplicate intent joins an existing
+key by taking its text and embedding, so all memories of one key have the same stored
+vector. The functions take each entry's key and give all entries of a key the key's
+similarity (`key_similarities`), so copies of one intent tie exactly even where the vector
+store returned them with slightly different distances.
+
+Ties. Runtime learning replays the same tasks every epoch, so a task's own memories tie at
+sim = 1. `phase_a_ties` decides what happens to entries tied with the k1-th similarity:
+`include` (default) lets all of them into the pool, so Phase B (which sees Q) chooses among
+them; `oldest` keeps the oldest ones up to k1 (the official code's stable sort). Two
+similarities tie when they share a key or differ by at most `TIE_TOL` (a tolerance, never a
+rounding bin).
+
+Official-code Phase A (`pool_by_intent`): keys, not memories, are ranked; the top-k1 keys'
+buckets (every memory filed under them) form the pool.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Literal, Sequence
 
 import numpy as np
+
+TieRule = Literal["include", "oldest"]
+TIE_TOL = 1e-6  # two similarities this close (or sharing a key) are tied
 
 
 def zscore(x: np.ndarray, *, mean: float | None = None, std: float | None = None,
@@ -29,17 +50,108 @@ def zscore(x: np.ndarray, *, mean: float | None = None, std: float | None = None
     return z
 
 
-def phase_a(sims: np.ndarray, *, delta: float, k1: int, gate: bool = True) -> np.ndarray:
-    """Indices of the top-k1 similarities, keeping only sim > δ when the gate is on.
+def key_similarities(sims: np.ndarray, keys: Sequence[Any] | None) -> np.ndarray:
+    """Each entry's similarity replaced by the highest one among the entries of its key.
 
-    Ties are broken by index (stable), so results are deterministic.
+    All memories of one key share the key's stored vector, so they have one similarity; a
+    vector store may report copies a hair apart (it re-normalises some stored vectors).
+    With `keys=None` every entry is its own key and `sims` comes back unchanged.
     """
     sims = np.asarray(sims, dtype=np.float64)
+    if keys is None:
+        return sims.copy()
+    if len(keys) != sims.size:
+        raise ValueError("keys and sims must have the same length")
+    best: dict[Any, float] = {}
+    for k, s in zip(keys, sims):
+        best[k] = max(best.get(k, -np.inf), float(s))
+    return np.array([best[k] for k in keys], dtype=np.float64)
+
+
+def passes_gate(sims: np.ndarray, delta: float, *, inclusive: bool = False) -> np.ndarray:
+    """Which similarities pass the gate: sim > δ (the paper), or sim ≥ δ with `inclusive` (the
+    official code's key gate, `pool_by_intent`)."""
+    sims = np.asarray(sims, dtype=np.float64)
+    return sims >= delta if inclusive else sims > delta
+
+
+def _ranked(sims: np.ndarray, orders: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """`idx` sorted by similarity (highest first), then by insertion order (oldest first)."""
+    return idx[np.lexsort((orders[idx], -sims[idx]))]
+
+
+def cut_at_k(sims: np.ndarray, orders: np.ndarray, ranked: np.ndarray, k: int, *,
+             ties: TieRule = "include", tol: float = TIE_TOL) -> np.ndarray:
+    """The first k of `ranked` (indices sorted by `_ranked`), with the tie rule applied to the
+    entries tied with the k-th similarity: `include` keeps them all, `oldest` keeps the
+    oldest of them up to k."""
+    if ranked.size <= k:
+        return ranked
+    boundary = sims[ranked[k - 1]]
+    tied = np.abs(sims[ranked] - boundary) <= tol
+    first = int(np.argmax(tied))  # tied entries are contiguous in `ranked`
+    last = ranked.size - 1 - int(np.argmax(tied[::-1]))
+    if ties == "include":
+        return ranked[:last + 1]
+    if ties != "oldest":
+        raise ValueError(f"phase_a_ties: unknown rule {ties!r} (include | oldest)")
+    group = ranked[first:last + 1]
+    keep = group[np.argsort(orders[group], kind="stable")][:k - first]
+    chosen = np.concatenate([ranked[:first], keep])
+    return _ranked(sims, orders, chosen)
+
+
+def phase_a(sims: np.ndarray, *, delta: float, k1: int, gate: bool = True,
+            ties: TieRule = "include", keys: Sequence[Any] | None = None,
+            orders: np.ndarray | None = None, tol: float = TIE_TOL) -> np.ndarray:
+    """Indices of the top-k1 similarities, keeping only sim > δ when the gate is on.
+
+    Entries rank by similarity, then by `orders` (insertion order; default: position), so
+    results are deterministic. Entries tied with the k1-th similarity follow `ties`. With
+    `keys`, all entries of one key take the key's similarity (see `key_similarities`).
+    """
+    sims = key_similarities(sims, keys)
+    orders = np.arange(sims.size) if orders is None else np.asarray(orders)
     idx = np.arange(sims.size)
     if gate:
-        idx = idx[sims > delta]
-    order = np.argsort(-sims[idx], kind="stable")
-    return idx[order][:k1]
+        idx = idx[passes_gate(sims, delta)]
+    return cut_at_k(sims, orders, _ranked(sims, orders, idx), k1, ties=ties, tol=tol)
+
+
+def pool_by_intent(sims: np.ndarray, keys: Sequence[Any], *, delta: float, k1: int,
+                   gate: bool = True, ties: TieRule = "include",
+                   orders: np.ndarray | None = None, tol: float = TIE_TOL) -> np.ndarray:
+    """The official code's Phase A: rank distinct keys by similarity (sim ≥ δ when the gate is
+    on: the official code keeps a key at the threshold, the paper's gate is strict), take the
+    top-k1 keys (ties by `ties`, key age = its oldest entry), and return every entry filed
+    under them: key by key in rank order, each bucket oldest first. The pool is usually larger
+    than k1."""
+    sims = key_similarities(sims, keys)
+    orders = np.arange(sims.size) if orders is None else np.asarray(orders)
+    distinct = list(dict.fromkeys(keys))
+    where = {k: i for i, k in enumerate(distinct)}
+    members: list[list[int]] = [[] for _ in distinct]
+    for i, k in enumerate(keys):
+        members[where[k]].append(i)
+    key_sims = np.array([sims[m[0]] for m in members], dtype=np.float64)
+    key_orders = np.array([min(orders[i] for i in m) for m in members])
+    passing = np.flatnonzero(passes_gate(key_sims, delta, inclusive=True)) if gate else np.arange(key_sims.size)
+    chosen = passing[phase_a(key_sims[passing], delta=delta, k1=k1, gate=False, ties=ties,
+                             orders=key_orders[passing], tol=tol)]
+    out = [i for c in chosen for i in sorted(members[c], key=lambda j: (orders[j], j))]
+    return np.array(out, dtype=int)
+
+
+def choose_key(sims: np.ndarray, *, threshold: float, orders: np.ndarray | None = None) -> int | None:
+    """Which existing key a new memory joins: the most similar key with cos ≥ `threshold`
+    (ties: the oldest key), or None (it opens a key of its own). `sims` are the keys'
+    similarities to the new memory's intent, one per key."""
+    sims = np.asarray(sims, dtype=np.float64)
+    orders = np.arange(sims.size) if orders is None else np.asarray(orders)
+    idx = np.flatnonzero(sims >= threshold)
+    if idx.size == 0:
+        return None
+    return int(_ranked(sims, orders, idx)[0])
 
 
 @dataclass(frozen=True)
@@ -50,10 +162,16 @@ class PhaseBOptions:
     sim_mean: float | None = None  # official-code switch: fixed similarity statistics
     sim_std: float | None = None
     z_clip: float | None = None  # official-code switch: clip z(Q) to [-c, c]
+    q_min: float | None = None  # official-code switch: drop Q < q_min after the Q statistics
 
 
-def phase_b(sims: np.ndarray, qs: np.ndarray, opts: PhaseBOptions) -> tuple[np.ndarray, np.ndarray]:
-    """Rank a candidate pool; returns (indices into the pool of the top-k2, all scores)."""
+def rank_pool(sims: np.ndarray, qs: np.ndarray, opts: PhaseBOptions) -> tuple[np.ndarray, np.ndarray]:
+    """Phase B over a candidate pool: (indices into the pool of the ranked candidates, best
+    first; scores of the whole pool).
+
+    The z-scores use the statistics of the whole pool; with `q_min`, memories with Q below it
+    then leave the ranking (their score is NaN), as the official code does.
+    """
     sims = np.asarray(sims, dtype=np.float64)
     qs = np.asarray(qs, dtype=np.float64)
     if sims.shape != qs.shape:
@@ -66,9 +184,28 @@ def phase_b(sims: np.ndarray, qs: np.ndarray, opts: PhaseBOptions) -> tuple[np.n
     else:
         zs, zq = sims, qs
     scores = (1.0 - opts.lam) * zs + opts.lam * zq
+    keep = np.ones(sims.size, dtype=bool) if opts.q_min is None else qs >= opts.q_min
+    scores = np.where(keep, scores, np.nan)
     # Sort by score, then by similarity, then by pool position: fully deterministic.
-    order = np.lexsort((np.arange(sims.size), -sims, -scores))
+    idx = np.flatnonzero(keep)
+    order = idx[np.lexsort((idx, -sims[idx], -scores[idx]))]
+    return order, scores
+
+
+def phase_b(sims: np.ndarray, qs: np.ndarray, opts: PhaseBOptions) -> tuple[np.ndarray, np.ndarray]:
+    """Rank a candidate pool; returns (indices into the pool of the top-k2, all scores)."""
+    order, scores = rank_pool(sims, qs, opts)
     return order[: opts.k2], scores
+
+
+def epsilon_greedy(ranked: np.ndarray, k: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """The top-k of `ranked`, or with probability ε k of them drawn uniformly without
+    replacement (returned in rank order). One draw decides per retrieval."""
+    ranked = np.asarray(ranked, dtype=int)
+    if epsilon > 0 and ranked.size and rng.random() < epsilon:
+        pick = np.sort(rng.choice(ranked.size, size=min(k, ranked.size), replace=False))
+        return ranked[pick]
+    return ranked[:k]
 
 
 def update_q(q: float, reward: float, alpha: float, floor: float | None = None) -> float:

@@ -8,6 +8,7 @@ One module per job:
 - `tables`    Table 1, the comparisons with MemRL, Table 2 (CSV and Markdown);
 - `series`    the numbers behind the figures (curves, parameter sweeps, top-k grid, Q views);
 - `figures`   the figures themselves;
+- `readings`  readings.md: the forgetting reading in use, and what retrieval pools held per epoch;
 - `build`     `build_report`, which writes all of them into one folder.
 
 Command line: ``memrl report RUN_OR_MULTIRUN_DIR... --out DIR`` (also

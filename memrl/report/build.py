@@ -8,7 +8,9 @@ from typing import Callable, Sequence
 
 from memrl.report.figures import (plot_curves, plot_forgetting, plot_param, plot_q_calibration,
                                   plot_q_hist, plot_topk, safe_name)
+from memrl.metrics import ZeroFail
 from memrl.report.grouping import REFERENCE, group_runs
+from memrl.report.readings import readings_markdown
 from memrl.report.runs import find_runs, load_run
 from memrl.report.series import (PARAM_FIGURES, injected_q_by_epoch, param_rows,
                                  q_calibration_rows, topk_rows)
@@ -18,7 +20,7 @@ from memrl.rundir import RunDir
 
 
 def build_report(paths: Sequence[str | Path], out: str | Path, *, n_boot: int = 10_000,
-                 seed: int = 0, reference: str = REFERENCE,
+                 seed: int = 0, reference: str = REFERENCE, zero_fail: ZeroFail = "zero",
                  warn: Callable[[str], None] = print) -> dict[str, Path]:
     """Write every table and figure into `out`; returns {name: path} of the files written."""
     out = Path(out)
@@ -44,7 +46,9 @@ def build_report(paths: Sequence[str | Path], out: str | Path, *, n_boot: int = 
     def put(name: str, path: Path) -> None:
         files[name] = path
 
-    t1 = table1_rows(groups)
+    t1 = table1_rows(groups, zero_fail)
+    (out / "readings.md").write_text(readings_markdown(groups, zero_fail), encoding="utf-8")
+    put("readings.md", out / "readings.md")
     if t1:
         (out / "table1.md").write_text(table1_markdown(t1), encoding="utf-8")
         put("table1.md", out / "table1.md")
@@ -66,7 +70,7 @@ def build_report(paths: Sequence[str | Path], out: str | Path, *, n_boot: int = 
         name = f"curves_{safe_name(env)}.png"
         put(name, plot_curves(gs, env, out / name))
         name = f"forgetting_{safe_name(env)}.png"
-        put(name, plot_forgetting(gs, env, out / name))
+        put(name, plot_forgetting(gs, env, out / name, zero_fail))
 
     for key, stem in PARAM_FIGURES.items():
         rows = param_rows(groups, key)

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from memrl.metrics import csr_curve, forgetting_curve, sr_curve
+from memrl.metrics import ZeroFail, csr_curve, forgetting_curve, sr_curve
 from memrl.report.grouping import Group, _sort_value, short_key
 from memrl.report.runs import Run
 from memrl.report.series import curve_band, injected_q_by_epoch, q_bins
@@ -69,11 +69,11 @@ def plot_curves(groups: Sequence[Group], env: str, path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_forgetting(groups: Sequence[Group], env: str, path: Path) -> Path:
+def plot_forgetting(groups: Sequence[Group], env: str, path: Path, zero_fail: ZeroFail = "zero") -> Path:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for g in groups:
-        m, lo, hi = curve_band(g, forgetting_curve)
+        m, lo, hi = curve_band(g, lambda S: forgetting_curve(S, zero_fail))
         if len(m) == 0:
             continue
         x = np.arange(2, len(m) + 2)

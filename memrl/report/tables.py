@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from memrl.metrics import csr_curve, forgetting_curve, sr_curve
+from memrl.metrics import ZeroFail, csr_curve, forgetting_mean, sr_curve
 from memrl.report.grouping import REFERENCE, Group
 from memrl.report.runs import Run, complete_matrix
 from memrl.report.stats import EXACT_BELOW, mcnemar, paired_bootstrap, t_interval
@@ -30,19 +30,18 @@ def _csr(r: Run) -> float:
     return csr_curve(r.S)[-1]
 
 
-def _fr_mean(r: Run) -> float | None:
-    fr = forgetting_curve(r.S)
-    return float(np.mean(fr)) if fr else None
+def _fr_mean(r: Run, zero_fail: ZeroFail = "zero") -> float | None:
+    return forgetting_mean(r.S, zero_fail)
 
 
-def table1_rows(groups: Sequence[Group]) -> list[dict[str, Any]]:
+def table1_rows(groups: Sequence[Group], zero_fail: ZeroFail = "zero") -> list[dict[str, Any]]:
     rows = []
     for g in groups:
         if g.mode == "transfer":
             continue
         last_m, last_lo, last_hi = t_interval(g.per_seed(_last))
         csr_m, csr_lo, csr_hi = t_interval(g.per_seed(_csr))
-        fr_m, fr_lo, fr_hi = t_interval(g.per_seed(_fr_mean))
+        fr_m, fr_lo, fr_hi = t_interval(g.per_seed(lambda r: _fr_mean(r, zero_fail)))
         rows.append({
             "benchmark": g.env, "method": g.label, "memory": g.memory,
             "params": json.dumps(dict(g.params), sort_keys=True) if g.params else "",
@@ -161,7 +160,8 @@ def table1_markdown(rows: Sequence[dict[str, Any]]) -> str:
     head = ("# Table 1: Last and CSR\n\n"
             "Mean over seeds with a 95% Student-t interval across seeds ([–]: one seed). "
             "Last = success rate of the final epoch; CSR = fraction of tasks solved at least once; "
-            "forgetting = mean forgetting rate over epochs 2..E.\n\n")
+            "forgetting = mean forgetting rate over epochs 2..E (how an epoch with no failure "
+            "is read: readings.md).\n\n")
     body = markdown_table(
         ["benchmark", "method", "n tasks", "seeds", "epochs", "Last", "CSR", "forgetting"],
         [[r["benchmark"], r["method"], r["n_tasks"], r["n_seeds"], r["epochs"],

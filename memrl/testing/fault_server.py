@@ -24,6 +24,12 @@ and the faults no retry cures (`FATAL_FAULTS`, never part of `FaultPlan.mixed`):
   bad_request             HTTP 400 invalid_request_error
   context_window          HTTP 400 context_length_exceeded ("maximum context length ...")
 
+A provider's rate limit (`limit_requests=N`, `limit_window_s=W`): at most N requests are
+answered per sliding window of W seconds; any beyond it gets HTTP 429 with a Retry-After
+(and retry-after-ms) saying when the oldest answered request leaves the window. Rejected
+requests do not count towards the window. `counts()["over_limit"]` is how many were
+rejected, so a test can see whether a client turns a rate limit into a storm of retries.
+
 A server made with `api_key=...` answers 401 to any request without that bearer key, as a
 real provider does; `models=[...]` is what it lists at GET /v1/models (default: one model,
 id "fault"), so a test can serve "another model under the same name".
@@ -48,6 +54,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import re
 import threading
 import time
@@ -75,6 +82,8 @@ class FaultPlan:
     seed: int = 0
     sticky: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
     cure_after: int | None = None   # the n-th and later tries of one request are never faulted
+    limit_requests: int | None = None  # a rate limit: requests answered per window (module doc)
+    limit_window_s: float = 1.0
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.rates) - set(FAULTS))
@@ -87,6 +96,8 @@ class FaultPlan:
                 raise ValueError(f"sticky fault {name!r} is not one of {FAULTS}")
             if not subs:
                 raise ValueError("a sticky rule needs at least one substring")
+        if self.limit_requests is not None and (self.limit_requests < 1 or self.limit_window_s <= 0):
+            raise ValueError("limit_requests must be >= 1 and limit_window_s > 0")
         if self.latency_s < 0 or self.hang_s < 0 or self.retry_after_s < 0:
             raise ValueError("latency_s, hang_s and retry_after_s must be >= 0")
 
@@ -248,6 +259,7 @@ class FaultServer:
         self._latency_total = 0.0
         self._in_flight = 0
         self._max_in_flight = 0
+        self._admitted: list[float] = []  # answer times inside the rate-limit window
 
     # -- lifecycle ----------------------------------------------------------------
     @property
@@ -287,6 +299,7 @@ class FaultServer:
             for name in FAULTS:
                 out[name] = self._counts[name]
             out["faults"] = sum(self._counts[n] for n in FAULTS)
+            out["over_limit"] = self._counts["over_limit"]
             out["latency_total_s"] = round(self._latency_total, 6)
             out["max_in_flight"] = self._max_in_flight
         return out
@@ -297,12 +310,37 @@ class FaultServer:
             self._counts.clear()
             self._latency_total = 0.0
             self._max_in_flight = 0
+            self._admitted.clear()
+
+    def over_limit(self) -> float | None:
+        """None if a request may be answered now (and counts it in the window), else the
+        seconds until the window has room."""
+        limit = self.plan.limit_requests
+        if limit is None:
+            return None
+        now = time.monotonic()
+        with self._lock:
+            horizon = now - self.plan.limit_window_s
+            self._admitted = [t for t in self._admitted if t > horizon]
+            if len(self._admitted) < limit:
+                self._admitted.append(now)
+                return None
+            self._counts["over_limit"] += 1
+            self._counts["requests"] += 1
+            return self._admitted[0] + self.plan.limit_window_s - now
 
     def authorized(self, handler: _Handler) -> bool:
         return self.api_key is None or handler.headers.get("Authorization") == f"Bearer {self.api_key}"
 
     # -- one request ------------------------------------------------------------------
     def answer(self, handler: _Handler, body: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+        wait = self.over_limit()
+        if wait is not None:
+            handler._json(429, _error("rate limit reached: too many requests in the window (injected)",
+                                      "rate_limit_exceeded"),
+                          {"Retry-After": str(max(1, math.ceil(wait))),
+                           "retry-after-ms": str(max(1, math.ceil(wait * 1000)))})
+            return
         key = content_key(body)
         last = str(messages[-1].get("content") or "") if messages else ""
         with self._lock:

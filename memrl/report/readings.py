@@ -1,0 +1,52 @@
+"""The report's readings (readings.md): how to read two of its numbers.
+
+- Forgetting: an epoch in which no task failed has FR = 0/0. The tables use one reading
+  (`zero`: counted as 0, or `skip`: left out; `memrl.metrics`); here, per group, the count of
+  such epochs over its seeds and the mean forgetting rate under both readings (mean over seeds).
+- Retrieval, per epoch (the episodes' `info.retrieval`, all seeds of a group pooled,
+  `memrl.metrics.retrieval_by_epoch`): the mean Phase-A pool size over all retrievals (an empty
+  pool counts 0) and the share of non-empty pools made only of the task's own memories. When
+  tasks repeat, a task's own memories tie at similarity 1; a share near 1 is a saturated pool.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from memrl.metrics import ZERO_FAIL_READINGS, ZeroFail, forgetting_mean, retrieval_by_epoch, zero_fail_epochs
+from memrl.report.grouping import Group
+from memrl.report.stats import t_interval
+from memrl.report.tables import markdown_table
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def readings_markdown(groups: Sequence[Group], zero_fail: ZeroFail = "zero") -> str:
+    forgetting, retrieval = [], []
+    for g in groups:
+        if g.mode == "transfer":
+            continue
+        means = {z: t_interval(g.per_seed(lambda r, z=z: forgetting_mean(r.S, z)))[0]
+                 for z in ZERO_FAIL_READINGS}
+        forgetting.append([g.env, g.label, sum(zero_fail_epochs(r.S) for r in g.runs),
+                           sum(max(len(r.epochs) - 1, 0) for r in g.runs),
+                           _num(means["zero"]), _num(means["skip"])])
+        for epoch, x in retrieval_by_epoch([rec for r in g.runs for rec in r.records]).items():
+            retrieval.append([g.env, g.label, epoch, x["retrievals"], x["empty"], _num(x["mean_pool"], 2),
+                              _num(x["own_only_share"])])
+    how = "counted as 0" if zero_fail == "zero" else "left out of the mean"
+    out = ["# Readings\n",
+           f"Forgetting: an epoch in which no task failed has FR = 0/0. The tables use the reading "
+           f"`{zero_fail}` ({how}); both means are below (mean over seeds).\n",
+           markdown_table(["benchmark", "method", "0/0 epochs", "epochs >= 2", "mean (zero)", "mean (skip)"],
+                          forgetting)]
+    if retrieval:
+        out += ["\nRetrieval, per epoch (all seeds pooled): mean Phase-A pool size over all retrievals "
+                "(an empty pool counts 0) and the share of non-empty pools made only of the task's own "
+                "memories (saturation).\n",
+                markdown_table(["benchmark", "method", "epoch", "retrievals", "empty", "mean pool",
+                                "own-only share"], retrieval)]
+    return "\n".join(out)
