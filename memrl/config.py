@@ -93,11 +93,33 @@ class ModelSettings(ModelService):
     backoff_max: float = no_effect(60.0, ge=0.0)
     # accepts images: true/false; null = litellm's model list (litellm), false (local)
     vision: bool | None = None
+    # litellm: passed to litellm.completion as it is (e.g. {repeat_penalty: 1.0}); part of the
+    # model's identity, hence of the cache key (memrl.llm.litellm_backend)
+    extra: dict[str, Any] = Field(default_factory=dict)
+    # local: completion (plain text continued; base models) | chat (the file's chat template)
+    mode: Literal["completion", "chat"] = "completion"
+    # local: keep the KV cache of the shared prompt prefix in whole aligned blocks; the answers
+    # are the same as without (memrl.llm.local); false = evaluate every prompt from scratch
+    reuse_prefix: bool = no_effect(True)
+    prefix_block: int = no_effect(64, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSettings":
         if self.backend == "litellm" and not self.model:
             raise ValueError("a litellm backend needs `model` (e.g. openai/gpt-4o-mini)")
+        if self.extra and self.backend != "litellm":
+            raise ValueError("extra: settings passed to litellm; this backend is "
+                             f"{self.backend!r}")
+        if self.mode == "chat" and self.backend != "local":
+            raise ValueError("mode: chat/completion is chosen by the model prefix for litellm "
+                             "(openai/<m> chats, text-completion-openai/<m> continues text); "
+                             "`mode` is for backend=local")
+        if self.backend == "local" and self.model_path is None and self.model:
+            from memrl.llm.local_models import PACKAGED
+
+            if self.model not in PACKAGED:
+                raise ValueError(f"model: unknown embedded model {self.model!r}; known: "
+                                 f"{sorted(PACKAGED)} (or set model_path=<any .gguf>)")
         return self
 
 

@@ -104,8 +104,15 @@ class Runner:
     def __init__(self, run_dir: str | Path | RunDir, *, env: "Env", memory: MemoryModule,
                  llm: LLMClient | None, settings: RunnerSettings, seed: int,
                  embed_intents: Callable[[list[str]], Any] | None = None,
-                 on_epoch_end: Callable[[int], None] | None = None, gate: Gate | None = None):
+                 on_epoch_end: Callable[[int], None] | None = None, gate: Gate | None = None,
+                 reads_memories: bool | None = None):
         self.run_dir = RunDir(run_dir)
+        # False for an oracle agent (its policy's `reads_memories`; None = ask the env): nothing
+        # is retrieved or injected, so its episodes update no memory's Q (they are still
+        # written as new memories: a teacher bank)
+        policy = getattr(env, "policy_cls", None)
+        self.reads_memories = bool(getattr(policy, "reads_memories", True)) if reads_memories is None \
+            else reads_memories
         self.env, self.memory, self.llm = env, memory, llm
         self.s, self.seed = settings, seed
         self.embed_intents = embed_intents
@@ -210,6 +217,9 @@ class Runner:
     # ------------------------------------------------------------------ episodes
     def _episode_seed(self, epoch: int, task: Task) -> int:
         return derive_seed(self.seed, epoch, task.task_id)
+
+    def _retrieve(self, task: Task, seed: int) -> list[RetrievedMemory]:
+        return self.memory.retrieve(task, seed=seed) if self.reads_memories else []
 
     def _play(self, epoch: int, batch: int, task: Task, memories: list[RetrievedMemory],
               learn: bool = True) -> tuple[EpisodeRecord, LearnItem]:
@@ -333,7 +343,7 @@ class Runner:
             for b in todo:
                 batch = batches[b]
                 self.gate.before_batch(len(batch))
-                memories = [self.memory.retrieve(t, seed=derive_seed(self.seed, "retrieve", epoch, t.task_id))
+                memories = [self._retrieve(t, derive_seed(self.seed, "retrieve", epoch, t.task_id))
                             for t in batch]
                 outs = list(pool.map(lambda tm: self._play(epoch, b, tm[0], tm[1]), zip(batch, memories)))
                 records = [asdict(r) for r, _ in outs]
@@ -374,7 +384,7 @@ class Runner:
             for b in todo:
                 batch = batches[b]
                 self.gate.before_batch(len(batch))
-                memories = [self.memory.retrieve(t, seed=derive_seed(self.seed, "eval-retrieve", epoch, t.task_id))
+                memories = [self._retrieve(t, derive_seed(self.seed, "eval-retrieve", epoch, t.task_id))
                             for t in batch]
                 outs = list(pool.map(lambda tm: self._play(epoch, b, tm[0], tm[1], learn=False),
                                      zip(batch, memories)))

@@ -371,6 +371,72 @@ def test_prompt_helpers():
     assert text.endswith("Your task is to: x.\n>") and "demo 0" in text
 
 
+def test_act_demonstrations_and_instruction_have_no_thinking():
+    from memrl_envs.alfworld import prompts
+
+    demos = json.loads((ALFWORLD / prompts.PROMPTS_FILENAME).read_text()) if ALFWORLD.is_dir() else \
+        {f"{s}_put_{i}": f"{s} demo {i}\n> go to x\n> think: y" for s in ("react", "act") for i in range(3)}
+    act = prompts.select_demonstrations(demos, "put", 0, 1, style="act")
+    react = prompts.select_demonstrations(demos, "put", 0, 1, style="react")
+    assert act != react
+    if ALFWORLD.is_dir():  # ReAct's own file: the act variant has no think: line, ReAct has some
+        assert "> think:" not in act[0] and "> think:" in react[0]
+    assert "think:" not in prompts.INSTRUCTION_ACT and "think:" in prompts.INSTRUCTION
+    with pytest.raises(ValueError, match="style"):
+        prompts.select_demonstrations(demos, "put", 0, 1, style="cot")
+
+
+def test_auto_style_is_act_for_embedded_models_only():
+    from memrl_envs.alfworld.prompts import resolve_style
+
+    class Embedded:
+        embedded = True
+
+    assert resolve_style("auto", Embedded()) == "act"
+    assert resolve_style("auto", FakeLLM(lambda p, i: "")) == "react"  # an API model's handle
+    assert resolve_style("react", Embedded()) == "react" and resolve_style("act", None) == "act"
+    with pytest.raises(ValueError, match="demo_style"):
+        resolve_style("thinky", None)
+
+
+def test_a_same_game_memory_reads_as_a_continuation_of_the_episode():
+    """A trajectory memory is shown in the episode's own format: its task line, then the
+    '> action' / observation lines, so the current history is a prefix of it."""
+    from memrl.memory.writer import format_trajectory
+    from memrl.records import EpisodeResult, Step
+    from memrl_baselines.rag import trajectory_memory
+    from memrl_envs.alfworld import prompts
+
+    steps = [Step("go to desk 1", "On the desk 1, you see a cd 1."), Step("take cd 1 from desk 1", "You pick up the cd 1.")]
+    result = EpisodeResult(success=True, reward=1.0, steps=2, transcript=steps)
+    stored = [trajectory_memory("examine the cd with the desklamp.", result, None),
+              "Task: examine the cd with the desklamp.\nOutcome: solved\nPlan:\n1. find the cd\n"
+              "Successful trajectory:\n" + format_trajectory(result, 10_000)]
+    for text in stored:
+        mem = RetrievedMemory("m", "examine the cd with the desklamp.", text, 0.0, 1.0, 1.0, success=True)
+        prompt = prompts.build_prompt(["demo"], [mem], "You are in a room.\nYour task is to: examine the cd "
+                                      "with the desklamp.", steps[:1], instruction=prompts.INSTRUCTION_ACT)
+        block = prompt[prompt.index("=== Past experiences"):prompt.index("Here is your task.")]
+        assert "--- Experience 1 (solved) ---" in block and "Outcome:" not in block and "Task:" not in block
+        history = "Your task is to: examine the cd with the desklamp.\n> go to desk 1\nOn the desk 1, you see a cd 1."
+        assert history + "\n> take cd 1 from desk 1\nYou pick up the cd 1." in block
+        assert prompt.endswith(history + "\n>")  # the episode so far is a prefix of the memory
+    with_plan = prompts.build_prompt([], [RetrievedMemory("m", "x.", stored[1], 0.0, 1.0, 1.0, True)], "t", [])
+    assert "Plan:\n1. find the cd\nYour task is to: x.\n> go to desk 1" in with_plan
+
+
+def test_memory_text_without_trajectory_is_shown_as_stored():
+    from memrl_envs.memory_block import format_memories_as_episodes, split_trajectory
+
+    assert split_trajectory("Task: a\nOutcome: failed\nReflection: look first.") == \
+        ("Task: a\nOutcome: failed\nReflection: look first.", "")
+    assert split_trajectory("Task: a\nOutcome: failed\nReflection: r\nFailed attempt:\n> look\nNothing.") == \
+        ("Reflection: r", "> look\nNothing.")
+    block = format_memories_as_episodes([RetrievedMemory("m", "cool an apple.", "NOTE: the fridge.", 0.0, 0.5, 0.5)],
+                                        lambda i: f"Your task is to: {i}")
+    assert "(outcome not recorded)" in block and "Your task is to: cool an apple.\nNOTE: the fridge." in block
+
+
 # -- damaged data (issue 13.7) ------------------------------------------------------------
 
 

@@ -135,8 +135,10 @@ def test_rag_stores_trajectories_verbatim_and_never_learns_utilities(tmp_path, c
     assert injected[0]["sim"] == pytest.approx(1.0) and all(m["q"] == 0.0 for m in injected)
     # B in epoch 1 already sees A's epoch-1 trajectory (bank as of its batch start)
     assert [m["id"] for m in recs[(1, GAME_B)].injected] == [f"e001:{GAME_A}"]
-    # the stored text is what the acting model reads
-    assert snap[f"e001:{GAME_B}"]["experience"] in script.prompts(2, GAME_A)[0]
+    # the stored trajectory is what the acting model reads, shown as an episode (ALFWorld):
+    # its task line, then its '> action' / observation lines
+    b1 = recs[(1, GAME_B)]
+    assert f"Your task is to: {b1.intent}\n{trajectory_of(b1)}" in script.prompts(2, GAME_A)[0]
     # visits count injections, nothing more
     uses = Counter(m["id"] for r in recs.values() for m in r.injected)
     assert {k: e["visits"] for k, e in snap.items() if e["visits"]} == dict(uses)
@@ -191,8 +193,8 @@ def test_reflection_injects_only_the_tasks_own_latest_attempt(tmp_path, cache_di
     assert "REFLECT-BOWL-2" in b3 and "REFLECT-BOWL-1" not in b3 and "REFLECT-ALARM" not in b3
     # A in epoch 3 sees its successful epoch-2 attempt (no reflection), not its epoch-1 failure
     a3 = script.prompts(3, GAME_A)[0]
-    assert "Outcome: solved\nSuccessful attempt:\n" in a3 and "REFLECT-ALARM" not in a3 and "REFLECT-BOWL" not in a3
-    assert trajectory_of(recs[(2, GAME_A)]) in a3
+    assert "(solved) ---\nYour task is to: " in a3 and "REFLECT-ALARM" not in a3 and "REFLECT-BOWL" not in a3
+    assert trajectory_of(recs[(2, GAME_A)]) in a3  # shown as an episode (ALFWorld's memory format)
     # one memory per task, replaced after each attempt
     snap = {e["id"]: e for e in memory.snapshot()}
     assert set(snap) == {f"last:{GAME_A}", f"last:{GAME_B}"}

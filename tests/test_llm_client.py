@@ -243,10 +243,12 @@ def test_build_client_from_config(tmp_path) -> None:
 class _FakeOpenAI(BaseHTTPRequestHandler):
     script: list[tuple[int, dict[str, str], dict]] = []
     bodies: list[dict] = []
+    paths: list[str] = []
 
     def do_POST(self) -> None:  # noqa: N802
         length = int(self.headers.get("Content-Length", 0))
         type(self).bodies.append(json.loads(self.rfile.read(length)))
+        type(self).paths.append(self.path)
         status, headers, body = type(self).script.pop(0)
         data = json.dumps(body).encode()
         self.send_response(status)
@@ -286,7 +288,7 @@ def fake_server(monkeypatch) -> Iterator[str]:
     pytest.importorskip("litellm")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("FAKE_KEY", "sk-test")
-    _FakeOpenAI.script, _FakeOpenAI.bodies = [], []
+    _FakeOpenAI.script, _FakeOpenAI.bodies, _FakeOpenAI.paths = [], [], []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeOpenAI)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -344,3 +346,79 @@ def test_build_client_accepts_omegaconf(tmp_path) -> None:
     client = build_client(cfg)
     assert client.cache is None and client.max_retries == 6 and client.model_id == "scripted"
     assert client.defaults == {"top_p": 0.5}
+
+
+def _text_ok(text: str) -> tuple[int, dict, dict]:
+    return (200, {}, {"id": "cmpl-2", "object": "text_completion", "created": 0, "model": "base",
+                      "choices": [{"index": 0, "text": text, "finish_reason": "stop", "logprobs": None}],
+                      "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})
+
+
+def test_base_model_behind_a_server_gets_text_completion_with_extra(fake_server, caplog) -> None:
+    """`text-completion-openai/<m>` sends the prompt to /v1/completions as text to continue
+    (what a base model behind llama.cpp's server needs); `llm.extra` reaches the request; a
+    retry is logged when it happens; litellm writes no INFO line per request."""
+    import logging
+
+    _FakeOpenAI.script = [_err(503), _text_ok(" go to cabinet 1")]
+    client = build_client({"backend": "litellm", "model": "text-completion-openai/gemma-base",
+                           "api_base": fake_server, "api_key_env": "FAKE_KEY", "max_retries": 2,
+                           "backoff_base": 0.001, "backoff_max": 0.01, "cache": False,
+                           "extra": {"repeat_penalty": 1.0}})
+    with caplog.at_level(logging.INFO):
+        text = client.episode("s/e1/t", seed=1).complete("You are in a room.\n>", purpose="act",
+                                                          max_tokens=8, stop=("\n",))
+    assert text == " go to cabinet 1"
+    assert _FakeOpenAI.paths == ["/v1/completions", "/v1/completions"]
+    body = _FakeOpenAI.bodies[-1]
+    assert "You are in a room.\n>" in str(body["prompt"]) and "messages" not in body
+    assert body["repeat_penalty"] == 1.0 and body["max_tokens"] == 8
+    retries = [r for r in caplog.records if r.name == "memrl.llm.client" and "retrying" in r.getMessage()]
+    assert len(retries) == 1 and "try 1 of 3" in retries[0].getMessage()
+    assert retries[0].levelno == logging.WARNING
+    assert not [r for r in caplog.records if r.name.startswith("LiteLLM") and r.levelno < logging.WARNING]
+
+
+def test_a_call_that_fails_for_good_is_logged(caplog) -> None:
+    import logging
+
+    client = fast_client(ScriptedBackend(flaky([TimeoutError("server too slow")] * 3)), max_retries=1)
+    with caplog.at_level(logging.WARNING, logger="memrl.llm.client"), pytest.raises(LLMError):
+        client.complete(REQ)
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("try 1 of 2 failed (TimeoutError: server too slow)" in m for m in msgs)
+    assert any("model call failed" in m and "server too slow" in m for m in msgs)
+
+
+def test_greedy_answers_of_a_seed_free_backend_are_shared_across_seeds(tmp_path) -> None:
+    """At temperature 0 the embedded model's answer does not depend on the seed, so the cache
+    keys it without: the same prompt in another epoch (another episode seed) is a hit. Not so
+    for sampled answers, nor for backends that do not declare it (an API may use the seed)."""
+    seedless = ScriptedBackend(lambda r: "a")
+    seedless.greedy_ignores_seed = True
+    for backend, hits in ((seedless, [True, False, False]), (ScriptedBackend(lambda r: "a"), [False, False, False])):
+        client = LLMClient(backend, cache=ResponseCache(tmp_path / f"{id(backend)}.sqlite"))
+        client.complete(LLMRequest(messages=(("user", "p"),), seed=1, temperature=0.0))
+        client.complete(LLMRequest(messages=(("user", "p"),), seed=1, temperature=0.7, sample_id="x"))
+        got = [client.complete(LLMRequest(messages=(("user", "p"),), seed=2, temperature=t, sample_id=sid)).cached
+               for t, sid in ((0.0, "y"), (0.7, "x"), (0.7, "z"))]
+        assert got == hits
+
+
+def test_greedy_entries_cached_with_their_seed_still_hit(tmp_path) -> None:
+    """Entries written while greedy answers were keyed with their seed keep answering."""
+    from memrl.llm.cache import request_key
+
+    backend = ScriptedBackend(lambda r: "fresh")
+    backend.greedy_ignores_seed = True
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    old = LLMRequest(messages=(("user", "p"),), seed=5, temperature=0.0)
+    from memrl.llm.base import LLMResponse
+
+    cache.put(request_key(backend.model_id, old), LLMResponse(text="from before", prompt_tokens=1,
+                                                             completion_tokens=1, cost_usd=0.0))
+    client = LLMClient(backend, cache=cache)
+    assert client.complete(old).text == "from before" and backend.calls == 0
+    # ... and now under the seed-free key too: another seed hits it
+    assert client.complete(LLMRequest(messages=(("user", "p"),), seed=6)).text == "from before"
+    assert backend.calls == 0

@@ -99,8 +99,10 @@ def test_text_only_backend_gets_no_call_for_an_image(tmp_path) -> None:
     assert ep.complete("What is 2+2?", purpose="answer") == "4"  # text still works
 
 
-def test_local_model_refuses_images_before_loading() -> None:
-    backend = LocalLlamaBackend(model_path="/nonexistent/model.gguf")
+def test_local_model_refuses_images_before_loading(tmp_path) -> None:
+    model = tmp_path / "model.gguf"  # never loaded: not a GGUF (its id is its name and hash)
+    model.write_bytes(b"not a model")
+    backend = LocalLlamaBackend(model_path=model)
     client = LLMClient(backend, max_retries=0)
     assert client.supports_images is False
     with pytest.raises(UnsupportedContentError):

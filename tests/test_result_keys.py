@@ -120,8 +120,9 @@ def _dirname(*overrides: str, monkeypatch) -> str:
 
 
 def test_keys_without_effect_leave_the_directory_name(monkeypatch):
-    name = _dirname("memory.lam=0.1", "llm.max_concurrency=4", "+llm.n_threads=2", "runner.epochs=3",
-                    "runner.progress=false", "logger=wandb", "logger.wandb.mode=online",
+    name = _dirname("memory.lam=0.1", "llm.max_concurrency=4", "llm.n_threads=2", "runner.epochs=3",
+                    "runner.progress=false", "llm.reuse_prefix=false",
+                    "logger=wandb", "logger.wandb.mode=online",
                     "paths.cache_dir=/tmp/c", "env.cache_dir=/tmp/c", monkeypatch=monkeypatch)
     assert name == "memory.lam=0.1"
     # where the data is read from names the directory: two data files never share one

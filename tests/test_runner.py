@@ -221,6 +221,23 @@ def test_transfer_evaluates_frozen_bank_after_each_epoch(tmp_path):
     assert metrics["transfer"]["best"] == pytest.approx(max(sr))
 
 
+def test_an_oracle_reads_no_memories_and_moves_no_q(tmp_path):
+    """An agent that needs no model (an oracle) is given no memories, so its episodes update
+    no utility, while they are still written as memories (a teacher bank)."""
+    runner, env, memory, _ = make_runner(tmp_path / "a", epochs=1)
+    runner.run(env.tasks())  # a learner's epoch: memories with Q and visits
+    before = {e["id"]: (e["q"], e["visits"]) for e in memory.snapshot()}
+    oracle = Runner(tmp_path / "a", env=env, memory=memory, llm=runner.llm,
+                    settings=RunnerSettings(epochs=2, batch_size=2, progress=False), seed=7,
+                    embed_intents=runner.embed_intents, reads_memories=False)
+    oracle.run(env.tasks())
+    recs = [r for r in read_episodes(RunDir(tmp_path / "a").episodes) if r.epoch == 2]
+    assert len(recs) == 5 and all(r.injected == [] for r in recs)
+    after = {e["id"]: (e["q"], e["visits"]) for e in memory.snapshot()}
+    assert {i: after[i] for i in before} == before  # no Q moved, no visit counted
+    assert {i for i in after if i.startswith("e002:")} == {f"e002:t{i}" for i in range(5)}
+
+
 @pytest.mark.parametrize("ties, epoch2", [("include", [5, 5, 4, 7, 5]), ("oldest", [4, 4, 4, 4, 4])])
 def test_each_record_carries_its_retrieval_pool(tmp_path, ties, epoch2):
     """CoinEnv: t0, t2, t4 share intent A and t1, t3 intent B; δ = -1, k1 = 4, batches of 2.

@@ -196,3 +196,53 @@ def test_transfer_command_end_to_end_and_resume(tmp_path):
     # a missing source is a config error naming the key, before anything runs
     out = run_cli([f"memory.bank.init_from={tmp_path / 'nope'}", f"hydra.run.dir={tmp_path / 'c'}"], tmp_path)
     assert out.returncode == 2 and "memory.bank.init_from" in out.stderr
+
+
+def test_init_q_reset_starts_seeded_memories_afresh(tmp_path):
+    source = tmp_path / "a"
+    trained = train(source, epochs=3)
+    src = {e["id"]: e for e in trained.snapshot()}
+    assert any(e["q"] != 0.0 for e in src.values()) and any(e["visits"] for e in src.values())
+    kept = MemRLMemory(MemRLSettings(delta=0.0, k1=4, k2=2, bank=BankSettings(init_from=str(source))),
+                       bank_dir=tmp_path / "keep" / "bank", embedder=EMB)
+    assert {e["id"]: (e["q"], e["visits"]) for e in kept.snapshot()} == \
+        {"init:" + i: (e["q"], e["visits"]) for i, e in src.items()}
+    reset = MemRLMemory(MemRLSettings(delta=0.0, k1=4, k2=2, q_init=0.25,
+                                      bank=BankSettings(init_from=str(source), init_q="reset")),
+                        bank_dir=tmp_path / "reset" / "bank", embedder=EMB)
+    snap = reset.snapshot()
+    assert len(snap) == len(src) and all(e["q"] == 0.25 and e["visits"] == 0 for e in snap)
+    assert [e["experience"] for e in snap] == [src[e["id"][len("init:"):]]["experience"] for e in snap]
+    facts = reset.setup(TinyEnv(n_tasks=6).tasks())["bank"]["init_from"]
+    assert facts["init_q"] == "reset" and facts["q_init"] == 0.25
+    # where each copy's utility started is recorded with it (for the demo's Q movements)
+    entries = list(reset.bank.iter_entries())
+    assert {e.extra["seeded_q"] for e in entries} == {0.25}
+    assert all(e.extra["seeded_q"] == e.q for e in kept.bank.iter_entries())
+
+
+def _failed_student_episode(task: Task, injected) -> LearnItem:
+    return LearnItem(task=task, result=EpisodeResult(success=False, reward=0.0, steps=1), injected=injected,
+                     epoch=1, digest={"experience": "Task: x\nOutcome: failed", "kind": "trajectory"},
+                     embedding=EMB.embed([task.intent])[0].tolist())
+
+
+@pytest.mark.parametrize("q_init_failed, teacher_first", [(None, False), (-1.0, True)])
+def test_failed_attempts_outrank_the_teacher_unless_they_start_below_it(tmp_path, q_init_failed, teacher_first):
+    """A student fails with the teacher's memory of its task: that memory's Q falls below 0.
+    With Q_init = 0 the student's own failed attempt (same task, same similarity) then ranks
+    above the teacher's memory; with q_init_failed = -1 it starts below it."""
+    source = tmp_path / "teacher"
+    train(source, epochs=1, n_tasks=1)  # one memory, e001:t0
+    mem = MemRLMemory(MemRLSettings(delta=0.0, k1=4, k2=1, write_mode="raw", q_init_failed=q_init_failed,
+                                    bank=BankSettings(init_from=str(source), init_q="reset")),
+                      bank_dir=tmp_path / "student" / "bank", embedder=EMB)
+    task = TinyEnv(n_tasks=1).tasks()[0]
+    first = mem.retrieve(task)
+    assert [m.memory_id for m in first] == ["init:e001:t0"]
+    mem.apply(mem.plan([_failed_student_episode(task, first)]))
+    snap = {e["id"]: e["q"] for e in mem.snapshot()}
+    assert snap["init:e001:t0"] == pytest.approx(-0.3)
+    assert snap["e001:t0"] == (0.0 if q_init_failed is None else -1.0)
+    top = mem.retrieve(task)[0].memory_id
+    assert (top == "init:e001:t0") is teacher_first

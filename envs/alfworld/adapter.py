@@ -14,6 +14,7 @@ from memrl_envs.base import Env, Policy
 from . import catalog, speedups
 from .game import AlfworldGame, expert_rng_guard, seed_expert_rng, split_initial_observation
 from .prompts import (
+    INSTRUCTIONS,
     PROMPTS_FILENAME,
     STOP,
     build_prompt,
@@ -22,6 +23,7 @@ from .prompts import (
     is_think,
     load_demonstrations,
     parse_action,
+    resolve_style,
     select_demonstrations,
 )
 from .settings import AlfworldSettings
@@ -38,6 +40,7 @@ class AlfworldPolicy(Policy):
 
     expert_plan: ClassVar[bool] = False     # the game computes ALFWorld's expert plan for it
     demonstrations: ClassVar[bool] = False  # its prompt shows ReAct demonstrations
+    style: str | None = None                # which of them (prompts.DEMO_STYLES)
 
     def act(self, demos: Sequence[str], task_start: str, transcript: Sequence[Step],
             infos: dict) -> str:
@@ -49,9 +52,15 @@ class ReactPolicy(AlfworldPolicy):
 
     demonstrations = True
 
+    def __init__(self, settings: AlfworldSettings, llm: "EpisodeLLM | None",
+                 memories: Sequence[RetrievedMemory]) -> None:
+        super().__init__(settings, llm, memories)
+        self.style = resolve_style(settings.demo_style, llm)  # act-only for embedded models
+
     def act(self, demos: Sequence[str], task_start: str, transcript: Sequence[Step],
             infos: dict) -> str:
-        prompt = build_prompt(demos, self.memories, task_start, transcript)
+        prompt = build_prompt(demos, self.memories, task_start, transcript,
+                              instruction=INSTRUCTIONS[self.style], memory_format=self.s.memory_format)
         reply = self.llm.complete(prompt, purpose="act", max_tokens=self.s.max_tokens, stop=STOP)
         return parse_action(reply or "")
 
@@ -75,7 +84,10 @@ class AlfworldEnv(Env):
     subfolder), data_root, max_steps (actions per episode; "think:" actions count, as in
     ReAct), max_tasks / task_ids, intent_with_observation (the intent is the room
     description plus the task sentence), cache_dir (the per-game intent cache), prompts_file
-    and demo_index / num_demos (the ReAct demonstrations), max_tokens (per action reply).
+    and demo_index / num_demos (the ReAct demonstrations), demo_style (auto | react | act:
+    auto = ReAct's act-only demonstrations for the embedded models, ReAct for the others),
+    memory_format (episode: memories shown as episodes | text: as stored), max_tokens (per
+    action reply).
     Agents: "react" (an LLM) or "expert" (ALFWorld's handcoded expert, no LLM).
     `show_progress`: a progress bar while intents are computed, only on a terminal (tqdm's
     `disable=None`, as `runner.progress: auto`), so a batch job's log holds no bar redraws.
@@ -95,7 +107,7 @@ class AlfworldEnv(Env):
         speedups.set_disk_dir(self.cache.path.parent)  # PDDL translations, next to the game facts
         self.show_progress = show_progress
         self._skipped: list[dict[str, str]] = []  # game folders left out, with the reason
-        self._demos: dict[str, list[str]] = {}
+        self._demos: dict[tuple[str, str], list[str]] = {}  # (style, task type) -> demonstrations
         if self.policy_cls.demonstrations and settings.num_demos > 0:
             path = Path(settings.prompts_file) if settings.prompts_file is not None \
                 else default_prompts_file(self.data_root)
@@ -103,9 +115,11 @@ class AlfworldEnv(Env):
                 wanted = settings.prompts_file or self.data_root / PROMPTS_FILENAME
                 raise ValueError(f"ReAct prompts file not found ({wanted}): set prompts_file, or num_demos=0")
             all_demos = load_demonstrations(path)
-            for task_type in catalog.TASK_TYPES.values():
-                self._demos[task_type] = select_demonstrations(all_demos, task_type, settings.demo_index,
-                                                               settings.num_demos)
+            styles = ("react", "act") if settings.demo_style == "auto" else (settings.demo_style,)
+            for style in styles:
+                for task_type in catalog.TASK_TYPES.values():
+                    self._demos[(style, task_type)] = select_demonstrations(
+                        all_demos, task_type, settings.demo_index, settings.num_demos, style=style)
 
     # -- tasks -----------------------------------------------------------------------
     def _list_tasks(self) -> list[Task]:
@@ -210,7 +224,7 @@ class AlfworldEnv(Env):
             task_start = format_task_start(*split_initial_observation(obs))
             if policy.expert_plan:
                 seed_expert_rng(seed)
-            demos = self._demos.get(entry.task_type, [])
+            demos = self._demos.get((policy.style or "", entry.task_type), [])
             while not done and len(transcript) < max_steps:
                 try:
                     action = policy.act(demos, task_start, transcript, infos)
@@ -251,6 +265,7 @@ class AlfworldEnv(Env):
                 "empty_actions": empty_actions,
                 "initial_observation": task_start,
                 "memories_injected": len(policy.memories),
+                **({"demo_style": policy.style} if policy.style else {}),
             },
             outcome=outcome,
             outcome_detail=detail,

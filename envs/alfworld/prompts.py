@@ -1,7 +1,17 @@
-"""ReAct-style prompt assembly for ALFWorld: instructions, demonstrations, memories, history.
+"""Prompt assembly for ALFWorld: instructions, demonstrations, memories, history.
 
 The prompt is plain text that ends with "\\n>", so any model continues it with one action:
 a base model through text completion, a chat model as the content of a user message.
+
+Demonstrations come in two styles from ReAct's prompt file (`DEMO_STYLES`): `react`
+(keys `react_<type>_<i>`: actions interleaved with `think:` lines) and `act` (keys
+`act_<type>_<i>`: ReAct's "Act" variant, actions only). `auto` picks `act` for the embedded
+models (a small model copies the `think:` lines instead of acting, and the teacher
+trajectories it could copy have none) and `react` for every other model.
+
+Memories are shown as episodes (`memrl_envs.memory_block.format_memories_as_episodes`): the
+task line and the `> action` / observation lines exactly as the current history is written,
+so that an earlier attempt at the same game reads as a continuation of the current episode.
 """
 
 from __future__ import annotations
@@ -12,23 +22,38 @@ from pathlib import Path
 from typing import Sequence
 
 from memrl.records import RetrievedMemory, Step
-from memrl_envs.memory_block import format_memories
+from memrl_envs.memory_block import format_memories, format_memories_as_episodes
 
 PROMPTS_FILENAME = "react_alfworld_3prompts.json"
+DEMO_STYLES = ("react", "act")
+MEMORY_FORMATS = ("episode", "text")
+TASK_MARKER = "Your task is to: "
 STOP = ("\n",)  # an action is one line
 
-INSTRUCTION = (
+_COMMANDS = (
     "You control an agent inside a text-based simulation of a household. After each '>' "
     "write exactly one command on a single line; the environment replies on the next line.\n"
     "Commands: go to <place>, open <receptacle>, close <receptacle>, take <object> from "
     "<place>, put <object> in/on <place>, clean <object> with <place>, heat <object> with "
     "<place>, cool <object> with <place>, use <object>, examine <thing>, inventory, look.\n"
     "Name things exactly as the environment does, numbers included (e.g. 'cabinet 2'). "
-    "To reason or plan without acting, write 'think: <your thoughts>'; the reply is 'OK.' "
-    "and nothing changes. A command the environment does not understand has no effect "
-    "('Nothing happens.'). The task is over as soon as its goal holds."
 )
+_THINK = ("To reason or plan without acting, write 'think: <your thoughts>'; the reply is 'OK.' "
+          "and nothing changes. ")
+_NO_EFFECT = ("A command the environment does not understand has no effect ('Nothing happens.'). "
+              "The task is over as soon as its goal holds.")
+INSTRUCTION = _COMMANDS + _THINK + _NO_EFFECT  # with ReAct's demonstrations
+INSTRUCTION_ACT = _COMMANDS + _NO_EFFECT  # the same without thinking: act-only demonstrations
+INSTRUCTIONS = {"react": INSTRUCTION, "act": INSTRUCTION_ACT}
 
+
+def resolve_style(style: str, llm: object) -> str:
+    """`react` | `act` for an episode: `auto` means `act` for an embedded model, else `react`."""
+    if style == "auto":
+        return "act" if getattr(llm, "embedded", False) else "react"
+    if style not in DEMO_STYLES:
+        raise ValueError(f"demo_style: auto | react | act (got {style!r})")
+    return style
 
 
 def default_prompts_file(data_root: Path) -> Path | None:
@@ -45,31 +70,40 @@ def load_demonstrations(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 def select_demonstrations(
-    demos: dict[str, str], task_type: str, demo_index: int = 0, num_demos: int = 1
+    demos: dict[str, str], task_type: str, demo_index: int = 0, num_demos: int = 1,
+    style: str = "react",
 ) -> list[str]:
-    """`num_demos` demonstrations `react_<task_type>_<i>`, starting at `demo_index`, wrapping."""
+    """`num_demos` demonstrations `<style>_<task_type>_<i>`, starting at `demo_index`, wrapping."""
     if num_demos <= 0:
         return []
+    if style not in DEMO_STYLES:
+        raise ValueError(f"demonstration style {style!r}: expected one of {DEMO_STYLES}")
     available = sorted(
         int(key.rsplit("_", 1)[1])
         for key in demos
-        if key.startswith(f"react_{task_type}_") and key.rsplit("_", 1)[1].isdigit()
+        if key.startswith(f"{style}_{task_type}_") and key.rsplit("_", 1)[1].isdigit()
     )
     if len(available) < num_demos:
         raise ValueError(
             f"{num_demos} demonstrations requested for task type {task_type!r}, "
-            f"the prompts file has {len(available)} (keys react_{task_type}_<i>)"
+            f"the prompts file has {len(available)} (keys {style}_{task_type}_<i>)"
         )
     if demo_index not in available:
-        raise ValueError(f"no demonstration react_{task_type}_{demo_index} in the prompts file")
+        raise ValueError(f"no demonstration {style}_{task_type}_{demo_index} in the prompts file")
     start = available.index(demo_index)
     chosen = [available[(start + k) % len(available)] for k in range(num_demos)]
-    return [demos[f"react_{task_type}_{i}"].strip("\n") for i in chosen]
+    return [demos[f"{style}_{task_type}_{i}"].strip("\n") for i in chosen]
 
 
 def format_task_start(room: str, task: str) -> str:
     """The first observation the way the demonstrations show it (no TextWorld banner)."""
-    return f"{room}\nYour task is to: {task}" if room else f"Your task is to: {task}"
+    return f"{room}\n{TASK_MARKER}{task}" if room else f"{TASK_MARKER}{task}"
+
+
+def memory_task_line(intent: str) -> str:
+    """A memory's first line as an episode shows it: its intent is the task sentence (or,
+    with `intent_with_observation`, already the whole first observation)."""
+    return intent.strip() if TASK_MARKER in intent else f"{TASK_MARKER}{intent.strip()}"
 
 
 def build_prompt(
@@ -78,7 +112,10 @@ def build_prompt(
     task_start: str,
     history: Sequence[Step],
     instruction: str = INSTRUCTION,
+    memory_format: str = "episode",
 ) -> str:
+    """The prompt of one step. `memory_format`: `episode` (each memory as an episode, see the
+    module docstring) or `text` (each memory's text as stored, the block other envs use)."""
     parts = [instruction]
     if demonstrations:
         head = (
@@ -87,7 +124,10 @@ def build_prompt(
             else f"Here are {len(demonstrations)} examples of tasks being solved:"
         )
         parts.append(head + "\n\n" + "\n\n".join(demonstrations))
-    block = format_memories(memories)
+    if memory_format not in MEMORY_FORMATS:
+        raise ValueError(f"memory_format: {' | '.join(MEMORY_FORMATS)} (got {memory_format!r})")
+    block = (format_memories_as_episodes(memories, memory_task_line) if memory_format == "episode"
+             else format_memories(memories))
     if block:
         parts.append(block)
     episode = [task_start]

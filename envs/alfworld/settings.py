@@ -22,6 +22,10 @@ class AlfworldSettings(EnvSettings):
     prompts_file: str | None = None
     demo_index: int = Field(0, ge=0)
     num_demos: int = Field(1, ge=0)
+    # auto: act-only demonstrations for the embedded models, ReAct for the others
+    demo_style: Literal["auto", "react", "act"] = "auto"
+    # episode: memories shown as episodes (task line, `> action` / observation) | text: as stored
+    memory_format: Literal["episode", "text"] = "episode"
     max_tokens: int = Field(64, ge=1, description="tokens per action reply")
     intent_with_observation: bool = False
     cache_dir: str | None = no_effect(None)

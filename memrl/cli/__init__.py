@@ -12,6 +12,8 @@
     memrl plan [-m] [HYDRA OVERRIDES...] calls, tokens, cost, wall time before a run (memrl/plan.py)
     memrl db up|down|status              the Lifelong-DB MariaDB server (memrl_envs.lifelong.db_server)
     memrl rootfs build|path              the Lifelong-OS root file system (memrl_envs.lifelong.os_rootfs)
+    memrl teach [HYDRA OVERRIDES...]     a teacher bank: the env's oracle plays once (memrl/teach.py)
+    memrl demo [--out DIR] [OVERRIDES...]  `make demo`: a teacher bank on ALFWorld (memrl/demo.py)
 
 Installed as a console script by `make setup` ([project.scripts] in pyproject.toml); without
 it, `python -m memrl.cli <subcommand> ...` is the same.
@@ -63,6 +65,8 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "plan": _tool("memrl.plan"),
     "db": _tool("memrl_envs.lifelong.db_server", named=False),
     "rootfs": _tool("memrl_envs.lifelong.os_rootfs", named=False),
+    "teach": _tool("memrl.teach", named=False),
+    "demo": _tool("memrl.demo"),
 }
 
 

@@ -27,6 +27,10 @@ Images: message content may be a tuple of `TextPart`/`ImagePart` (or OpenAI-styl
 A request with an image for a backend whose `supports_images` is not true fails at once with
 `UnsupportedContentError` (an `LLMError`), before the cache or the backend is consulted.
 
+Logging: every retry is logged (logger `memrl.llm.client`, WARNING) when it happens, with
+the error (a timeout shows as one), the try number and the wait; so is a call that fails for
+good. The run card counts them too (`retries`, `failures`).
+
 Accounting: `client.totals()` counts what this process spent (backend calls, their tokens and
 cost; cache hits separately). A cached response keeps the tokens and cost recorded when it was
 first made, so an episode's `meter` reads the same on a replay as on the original run. A
@@ -58,7 +62,9 @@ its `model_id`. `probe()` makes one short uncached call (the run's preflight).
 
 from __future__ import annotations
 
+import dataclasses
 import email.utils
+import logging
 import random
 import threading
 import time
@@ -82,9 +88,11 @@ from memrl.llm.base import (
     has_images,
 )
 from memrl.guards import MODEL, STORAGE, Tripwire
-from memrl.llm.cache import ResponseCache, payload_key, request_payload
+from memrl.llm.cache import ResponseCache, payload_key, request_key, request_payload
 from memrl.llm.ratelimit import ConcurrencyLimiter
 from memrl.storage import StorageError
+
+log = logging.getLogger(__name__)
 
 # Exception class names (litellm's, and the openai SDK's they derive from) worth retrying.
 _TRANSIENT_NAMES = frozenset(
@@ -216,6 +224,11 @@ def retry_after_seconds(exc: BaseException) -> float | None:
     return None
 
 
+def _short(exc: BaseException | None, limit: int = 300) -> str:
+    text = " ".join(str(exc).split()) if exc is not None else ""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 class LLMClient:
     """Wraps a `Backend` with a cache, retries, a concurrency bound and usage totals."""
 
@@ -276,9 +289,10 @@ class LLMClient:
 
     # -- one request --------------------------------------------------------------------
     def key(self, request: LLMRequest) -> str:
-        """The request's cache key (memrl.llm.cache.payload_key of the request's payload for this backend's model
-        identity, `cache_identity`)."""
-        return payload_key(request_payload(self.cache_identity, request))
+        """The request's cache key: memrl.llm.cache.payload_key of its payload for this
+        backend's model identity (`cache_identity`), the request as the cache sees it
+        (`_as_keyed`)."""
+        return payload_key(request_payload(self.cache_identity, self._as_keyed(request)))
 
     def complete(self, request: LLMRequest) -> LLMResponse:
         """The answer (cached, retried, counted); `resp.key` is the request's cache key. The
@@ -291,12 +305,18 @@ class LLMClient:
         trip = self.tripwire.tripped if self.tripwire is not None else None
         if trip is not None:
             raise LLMError(f"{self.backend.model_id}: not called, the run is stopping ({trip.message})")
-        payload = request_payload(self.cache_identity, request)
-        key = payload_key(payload)
+        keyed = self._as_keyed(request)
+        payload = request_payload(self.cache_identity, keyed)
+        key = payload_key(payload)  # == self.key(request)
         if self.cache is not None:
             try:
                 self.cache.put_request(key, payload)
                 hit = self.cache.get(key)
+                if hit is None and keyed is not request:
+                    # an entry written before greedy answers were keyed without their seed
+                    hit = self.cache.get(request_key(self.cache_identity, request))
+                    if hit is not None:
+                        self.cache.put(key, hit)
             except StorageError as exc:
                 self._storage_failed(exc)
             if hit is not None:
@@ -393,6 +413,8 @@ class LLMClient:
             with self._lock:
                 self._totals["requests"] += 1
                 self._totals["failures"] += 1
+            log.warning("%s: model call failed (%s): %s: %s", self.backend.model_id,
+                        request.sample_id or "no sample id", type(exc).__name__, _short(exc))
             message = f"{self.backend.model_id}: {type(exc).__name__}: {exc}"
             if is_fatal(exc):
                 self._trip(MODEL, f"model error that no retry cures: {message}; fix the model "
@@ -441,6 +463,14 @@ class LLMClient:
         self._count(resp)
         return resp
 
+    def _as_keyed(self, request: LLMRequest) -> LLMRequest:
+        """The request as the cache sees it. A backend whose greedy answers (temperature 0)
+        do not depend on the seed (`greedy_ignores_seed`, e.g. the embedded llama.cpp model)
+        is keyed without it, so the same prompt in another epoch or episode is a cache hit."""
+        if request.temperature == 0 and getattr(self.backend, "greedy_ignores_seed", False):
+            return dataclasses.replace(request, seed=None)
+        return request
+
     def _attempt(self, request: LLMRequest) -> LLMResponse:
         # The slot is held only while the backend works, not while backing off.
         slot = self.limiter.acquire(_estimate_tokens(request))
@@ -483,6 +513,10 @@ class LLMClient:
     def _on_retry(self, state: RetryCallState) -> None:
         with self._lock:
             self._totals["retries"] += 1
+        exc = state.outcome.exception() if state.outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        log.warning("%s: try %d of %d failed (%s: %s); retrying in %.1f s", self.backend.model_id,
+                    state.attempt_number, self.max_retries + 1, type(exc).__name__, _short(exc), wait)
 
     def _call_with_retries(self, request: LLMRequest, key: str) -> LLMResponse:
         retrying = Retrying(
@@ -514,6 +548,9 @@ class LLMClient:
             out["cost_usd"] = self._cost
         out["model"] = self.backend.model_id
         out["limiter"] = self.limiter.stats()
+        stats = getattr(self.backend, "stats", None)
+        if callable(stats):  # backends that measure their own work (the embedded model)
+            out["backend"] = stats()
         return out
 
     def episode(self, sample_prefix: str, seed: int | None = None) -> EpisodeLLM:
@@ -541,6 +578,12 @@ class EpisodeLLM:
     @property
     def model_id(self) -> str:
         return self.client.model_id
+
+    @property
+    def embedded(self) -> bool:
+        """True for a model run in-process (the small local models), for envs that choose
+        prompts to suit it."""
+        return bool(getattr(self.client.backend, "embedded", False))
 
     def complete(
         self,

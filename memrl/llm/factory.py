@@ -1,10 +1,15 @@
 """Build an `LLMClient` from the `llm` config group (a plain dict or an OmegaConf DictConfig).
 
 Keys: backend (litellm | local | scripted), model, api_base, api_key_env, timeout,
-max_concurrency, adaptive_concurrency, rpm, tpm (memrl.llm.ratelimit), max_retries, temperature, top_p, max_tokens, cache (bool), cache_path,
-n_ctx, model_path, model_fingerprint (litellm: which model a server serves), vision (image input: true/false; null = litellm's model list for litellm
-backends, never for `local`); for `scripted` optionally `script` ("package.module:function", a
-function request -> str; default: echo the last user message) and `model` as its model id.
+max_concurrency, adaptive_concurrency, rpm, tpm (memrl.llm.ratelimit), max_retries,
+temperature, top_p, max_tokens, cache (bool), cache_path, n_ctx, model_path, vision (image
+input: true/false; null = litellm's model list for litellm backends, never for `local`); for
+`litellm` also `extra` (a mapping passed to `litellm.completion` as it is, e.g.
+`{repeat_penalty: 1.0}` for a llama.cpp server) and `model_fingerprint` (which model a server
+serves); for `local` `model` (a packaged model name), `model_path` (any GGUF instead), `mode`
+(completion | chat), n_ctx, n_threads, `reuse_prefix` and `prefix_block` (see
+memrl.llm.local); for `scripted` optionally `script` ("package.module:function", a function
+request -> str; default: echo the last user message) and `model` as its model id.
 """
 
 from __future__ import annotations
@@ -48,16 +53,21 @@ def build_backend(cfg: Mapping[str, Any]) -> Backend:
             api_base=cfg.get("api_base"),
             api_key_env=cfg.get("api_key_env"),
             timeout=float(_get(cfg, "timeout", 60)),
+            extra=dict(cfg.get("extra") or {}),
             vision=cfg.get("vision"),
             model_fingerprint=cfg.get("model_fingerprint"),
         )
     if kind == "local":
-        from memrl.llm.local import LocalLlamaBackend
+        from memrl.llm.local import DEFAULT_BLOCK, LocalLlamaBackend
 
         return LocalLlamaBackend(
             model_path=cfg.get("model_path"),
+            model=cfg.get("model"),
+            mode=str(_get(cfg, "mode", "completion")),
             n_ctx=int(_get(cfg, "n_ctx", 4096)),
             n_threads=cfg.get("n_threads"),
+            reuse_prefix=bool(_get(cfg, "reuse_prefix", True)),
+            prefix_block=int(_get(cfg, "prefix_block", DEFAULT_BLOCK)),
         )
     if kind == "scripted":
         from memrl.llm.scripted import ScriptedBackend, echo_last_user

@@ -18,6 +18,17 @@ exposes; never timestamps or the URL). A server that cannot say (no listing, sev
 none of which is the one asked for) leaves the name alone, and `identity()` says so. The
 base URL goes into the run card only.
 
+`extra` (settings passed to `litellm.completion` as they are, e.g. sampling settings) can
+change the answer, so it is part of the cache identity (`|extra=<its JSON>` after the key),
+and answers made with other settings are never served from the cache.
+
+Base models behind an OpenAI-compatible server (e.g. llama.cpp's `llama-server` or
+`python -m llama_cpp.server` with the Gemma 270M base GGUF): use the model prefix
+`text-completion-openai/<name>`, which sends the prompt to `/v1/completions` as text to be
+continued. Through the chat route (`openai/<name>`) the server wraps the prompt as a user
+message in a chat template, which a base model cannot follow. `extra` matches the embedded
+backend's sampling with e.g. `{repeat_penalty: 1.0}` (llama.cpp's server defaults to 1.1).
+
 An empty reply (HTTP 200, no text) is a provider fault here (`empty_reply_is_fault`).
 """
 
@@ -45,12 +56,20 @@ IDENTITY_FIELDS = ("id", "root", "parent", "digest", "sha256", "hash", "checksum
                    "filename", "path", "model_path", "size", "meta")
 
 
+# Loggers that write a line per request at INFO (litellm's own, and httpx's "HTTP Request:"
+# line): they would fill a run's log; warnings and errors still show.
+CHATTY_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "httpx")
+
+
 def import_litellm() -> ModuleType:
-    """Import litellm quietly and offline (local price list, no debug banners)."""
+    """Import litellm quietly and offline (local price list, no debug banners, no INFO line
+    per request)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
     litellm.suppress_debug_info = True
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     return litellm
 
 
@@ -137,6 +156,8 @@ class LiteLLMBackend:
             if self._identity is not None and (self._identity_final or time.monotonic() < self._retry_at):
                 return dict(self._identity)
             ident, final = self._find_identity()
+            if self.extra:  # settings that can change the answer (module doc)
+                ident = {**ident, "key": ident["key"] + self._extra_key(), "extra": dict(self.extra)}
             # a server that cannot be reached now is asked again, but not on every call
             self._identity, self._identity_final = ident, final
             self._retry_at = time.monotonic() + 30.0
@@ -145,8 +166,13 @@ class LiteLLMBackend:
     @property
     def cache_identity(self) -> str:
         if self.api_base is None and self.model_fingerprint is None:
-            return self.model  # hosted: the name, as cache keys always had it
+            return self.model + self._extra_key()  # hosted: the name, as cache keys always had it
         return str(self.identity()["key"])
+
+    def _extra_key(self) -> str:
+        if not self.extra:
+            return ""
+        return "|extra=" + json.dumps(self.extra, sort_keys=True, separators=(",", ":"), default=str)
 
     def _find_identity(self) -> tuple[dict[str, Any], bool]:
         base: dict[str, Any] = {"model": self.model, "api_base": self.api_base}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -41,6 +41,10 @@ class BankSettings(BaseModel):
     # another bank (a run directory, a bank directory or a .jsonl export); the source is
     # never modified, and a resumed run does not seed again.
     init_from: str | None = None
+    # The seeded entries' utilities: keep (Q and visits as the source has them) | reset (Q =
+    # the memory module's q_init and visits = 0, as if new: the source's Q were learned by
+    # another agent, or by none at all)
+    init_q: Literal["keep", "reset"] = "keep"
     # Retrieve only: no utility updates, no new memories, no writer calls.
     frozen: bool = False
 

@@ -234,8 +234,11 @@ def fingerprint(entries: list[MemoryEntry]) -> str:
 SEED_PREFIX = "init:"
 
 
-def seed_once(bank: ChromaBank, bank_dir: str | Path, source: str | Path, embedder: Any) -> dict[str, Any]:
+def seed_once(bank: ChromaBank, bank_dir: str | Path, source: str | Path, embedder: Any, *,
+              init_q: str = "keep", q_init: float = 0.0) -> dict[str, Any]:
     """Fill an empty run bank with a copy of `source`'s entries, once per run.
+
+    `init_q="reset"` gives every copy Q = `q_init` and visits = 0 (`keep`: as in the source).
 
     The marker file `<bank_dir>/init_from.json` makes this safe to call on every start: a
     resumed run finds the marker with status "done" and does nothing (its bank has moved on
@@ -257,9 +260,18 @@ def seed_once(bank: ChromaBank, bank_dir: str | Path, source: str | Path, embedd
     where = f"memory.bank.init_from ({src.path})"
     check_unique_ids(entries, where)
     check_embedder(src, entries, embedder, where)
+    if init_q not in ("keep", "reset"):
+        raise BankSourceError(f"memory.bank.init_q: keep | reset (got {init_q!r})")
     seeded = renamed(entries, SEED_PREFIX, extra={"init_from": str(src.path)})
+    for e in seeded:
+        if init_q == "reset":
+            e.q, e.visits = float(q_init), 0
+        e.extra["seeded_q"] = float(e.q)  # where its utility started in this run
     write_entries(bank, seeded)
     facts = {"source": src.describe(), "entries": len(seeded), "fingerprint": fingerprint(entries),
-             "id_prefix": SEED_PREFIX, "seeded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+             "id_prefix": SEED_PREFIX, "init_q": init_q,
+             "seeded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if init_q == "reset":
+        facts["q_init"] = float(q_init)
     write_json_atomic(marker, {**facts, "status": "done"})
     return facts

@@ -189,6 +189,7 @@ class BankedMemory(EntryMemory):
     in the paper's App. C.1, or a merged bank):
     - `bank.init_from`: before anything else, an empty run bank is seeded with a copy of
       another bank (`bankio.seed_once`: once per run; a resumed run keeps its own bank);
+      `bank.init_q: reset` starts the copies at the module's `q_init` with no visits;
     - `bank.frozen`: retrieve only. `build` wraps the module in `FrozenMemory`: no plan, no
       digest (no model call), no apply, whatever the module does otherwise.
     """
@@ -206,8 +207,9 @@ class BankedMemory(EntryMemory):
         if settings.bank.init_from:
             from .bankio import seed_once
 
-            self.bank_facts["init_from"] = seed_once(self.bank, bank_dir, settings.bank.init_from,
-                                                     embedder)
+            self.bank_facts["init_from"] = seed_once(
+                self.bank, bank_dir, settings.bank.init_from, embedder,
+                init_q=settings.bank.init_q, q_init=float(getattr(settings, "q_init", 0.0)))
 
     def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
         facts = self.prepare(tasks, seed)

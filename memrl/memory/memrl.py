@@ -50,6 +50,11 @@ class MemRLSettings(BaseModel):
     k1: int = Field(5, ge=1, description="Phase-A candidate pool size")
     k2: int = Field(3, ge=1, description="memories injected")
     q_init: float = 0.0
+    # Q_init of a memory written from a failed episode (null: q_init). With imported memories
+    # (bank.init_from) set it to the failure reward (-1): a student's own failed attempt then
+    # never outranks an imported memory whose Q its failures pushed below 0 ("learning in the
+    # wrong direction": the student ends up copying its own failure).
+    q_init_failed: float | None = None
     reward_success: float = 1.0
     reward_failure: float = -1.0
     write_memories: bool = True
@@ -176,6 +181,8 @@ class MemRLMemory(BankedMemory):
         if not self.s.write_memories or it.digest is None:
             return None
         q0 = (1.0 if it.result.success else 0.0) if self.s.q_init_by_outcome else self.s.q_init
+        if not it.result.success and self.s.q_init_failed is not None:
+            q0 = self.s.q_init_failed
         return NewMemory(experience=it.digest["experience"], kind=it.digest.get("kind", ""), q=q0)
 
     def _entry_key(self, it: LearnItem) -> tuple[str, list[float]]:

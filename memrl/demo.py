@@ -1,0 +1,349 @@
+"""`make demo`: memory changing outcomes, offline, on real ALFWorld games.
+
+    memrl demo [--out runs/demo] [--bench-prompts 8] [OVERRIDES...]   (= python -m memrl.demo)
+
+1. Teacher: ALFWorld's handcoded expert plays the demo games once (`memrl.teach`, no model);
+   its episodes, failed ones included, become the teacher bank (`<out>/teacher`).
+2. Student: the embedded model plays the same games for the demo's epochs, three times
+   (`METHODS`): MemRL learning utilities on a copy of the teacher bank, RAG on a copy of the
+   same bank (similarity only), and no memory (`<out>/memrl`, `<out>/rag`, `<out>/none`).
+3. What it shows (printed, and written to `<out>/demo.md`, `<out>/demo.json`,
+   `<out>/demo.png`; the cross-run report with its tables and figures in `<out>/report/`,
+   which gets a copy of `demo.md`): success rate per epoch per method; the paired
+   comparison over games of the final epoch (McNemar and a paired bootstrap interval,
+   `memrl.report.tables.compare`); the teacher memories whose Q rose and fell under MemRL; copy
+   accuracy (`memrl.teacher_effect`); the embedded model's prompt and decode tokens/s with
+   the prefix reuse, and before/after on the same prompts (`--bench-prompts`).
+
+The settings are `configs/experiment/demo.yaml` (games, steps, model, epochs) plus the
+per-method overrides in `METHODS`; extra overrides on the command line apply to every run
+(e.g. `llm=local_gemma`). Runs resume like any run: a second `make demo` only re-reads the
+finished runs (and every model answer comes from the response cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from memrl.config import ConfigError
+from memrl.rundir import RunDir
+
+DEFAULT_OUT = Path("runs/demo")
+BASE = ["experiment=demo"]
+# The teacher's own step cap (--teacher-steps): ALFWorld's expert needs up to 50 steps (it still
+# fails some games); the students' cap is the preset's env.max_steps.
+TEACHER_STEPS = 50
+# Per method: its overrides on top of the demo preset. `{teacher}` is the teacher run. The
+# students learn on the teacher bank only (no memories of their own: see the README's demo
+# section, "learning in the wrong direction"); RAG first, as MemRL's first epoch (all Q equal)
+# injects the same memories in the same order and is then answered from the response cache.
+METHODS: dict[str, list[str]] = {
+    # similarity only, on the teacher memories
+    "rag": ["memory=rag", "memory.bank.init_from={teacher}", "memory.bank.frozen=true"],
+    # learns Q on the same memories, starting them at Q_init (the oracle learned nothing)
+    "memrl": ["memory=memrl", "memory.bank.init_from={teacher}", "memory.bank.init_q=reset",
+              "memory.write_memories=false", "memory.delta=auto"],
+    "none": ["memory=none"],
+}
+REFERENCE = "memrl"
+ALPHA = 0.05
+
+
+@dataclass
+class Phase:
+    name: str
+    seconds: float
+
+
+@dataclass
+class DemoResult:
+    out: Path
+    games: list[str]
+    teacher: dict[str, Any]
+    sr: dict[str, list[float]]
+    comparisons: list[dict[str, Any]]
+    copy: dict[str, dict[int, dict[str, Any]]]
+    q_moves: list[dict[str, Any]]
+    speed: dict[str, Any]
+    phases: list[Phase] = field(default_factory=list)
+    model: str = ""
+    power: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"out": str(self.out), "games": self.games, "model": self.model, "teacher": self.teacher,
+                "sr": self.sr, "comparisons": self.comparisons, "copy_accuracy": self.copy,
+                "teacher_memories": self.q_moves, "speed": self.speed, "power": self.power,
+                "phases": [{"name": p.name, "seconds": round(p.seconds, 1)} for p in self.phases]}
+
+
+# --------------------------------------------------------------------------- running
+def run_students(out: Path, teacher: Path, extra: Sequence[str],
+                 methods: Sequence[str] = tuple(METHODS)) -> dict[str, Path]:
+    from memrl.run import execute
+    from memrl.teach import compose
+
+    dirs = {}
+    for name in methods:
+        overrides = BASE + [o.format(teacher=teacher) for o in METHODS[name]] + list(extra)
+        cfg = compose(overrides)
+        dirs[name] = out / name
+        print(f"[demo] student with {name}: {' '.join(overrides)}", flush=True)
+        execute(cfg, dirs[name])
+    return dirs
+
+
+# --------------------------------------------------------------------------- analysis
+def _groups(dirs: dict[str, Path]) -> dict[str, Any]:
+    from memrl.report import group_runs, load_run
+
+    runs = [r for r in (load_run(d) for d in dirs.values()) if r is not None]
+    return {g.memory: g for g in group_runs(runs, warn=lambda m: None)}
+
+
+def comparisons(groups: dict[str, Any], reference: str = REFERENCE) -> list[dict[str, Any]]:
+    """Final-epoch paired comparisons: the reference against each method, and every memory
+    method against no memory."""
+    from memrl.report.tables import compare
+
+    pairs = [(reference, m) for m in groups if m != reference]
+    pairs += [(m, "none") for m in groups if m not in (reference, "none") and "none" in groups]
+    return [row for a, b in pairs if a in groups and b in groups
+            and (row := compare(groups[a], groups[b])) is not None]
+
+
+def min_discordant(alpha: float = ALPHA) -> int:
+    """The fewest discordant games, all one way, for which exact McNemar gives p < alpha."""
+    b = 1
+    while 2 * 0.5 ** b >= alpha:
+        b += 1
+    return b
+
+
+def power(n: int, p: float, alpha: float = ALPHA) -> float:
+    """P(exact McNemar p < alpha) when the other method solves nothing and memory solves each
+    of n games independently with probability p (then every solved game is discordant)."""
+    need = min_discordant(alpha)
+    return sum(math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(need, n + 1))
+
+
+def speed_of(run_dirs: Sequence[Path]) -> dict[str, Any]:
+    """The embedded model's counters summed over the runs' sessions (run cards)."""
+    from memrl.llm.local import SPEED_COUNTERS, speed_rates
+
+    tot = {k: 0.0 for k in SPEED_COUNTERS}
+    for d in run_dirs:
+        card = json.loads(RunDir(d).card.read_text())
+        for s in card.get("sessions", []):
+            for k in tot:
+                tot[k] += float(((s.get("llm") or {}).get("backend") or {}).get(k, 0) or 0)
+    return {**tot, **speed_rates(tot)}
+
+
+def analyse(out: Path, teacher_dir: Path, dirs: dict[str, Path]) -> DemoResult:
+    from memrl.metrics import compute_metrics, load_run
+    from memrl.teacher_effect import copy_accuracy, teacher_episodes, teacher_q
+
+    teacher = teacher_episodes(teacher_dir)
+    sr = {m: compute_metrics(load_run(d))["sr"] for m, d in dirs.items()}
+    groups = _groups(dirs)
+    copy = {m: {e: rep.to_dict() for e, rep in copy_accuracy(d, teacher).items()} for m, d in dirs.items()}
+    moves = [dict(vars(q), movement=q.movement) for q in teacher_q(dirs[REFERENCE])] \
+        if REFERENCE in dirs else []
+    card = json.loads(RunDir(dirs[next(iter(dirs))]).card.read_text())
+    cap = int(((card.get("config") or {}).get("env") or {}).get("max_steps") or 0)
+    fits = sum(t.success and len(t.actions) <= cap for t in teacher.values())
+    return DemoResult(
+        power={"fits": fits, "max_steps": cap, "needed": min_discordant(),
+               "by_p": {str(p): power(fits, p) for p in (0.5, 0.7, 0.9)}},
+        out=out, games=sorted(teacher), model=str(card.get("model")),
+        teacher={"games": len(teacher), "solved": sum(t.success for t in teacher.values()),
+                 "steps": {t.task_id: len(t.actions) for t in teacher.values()}},
+        sr=sr, comparisons=comparisons(groups), copy=copy, q_moves=moves,
+        speed={"run": speed_of(list(dirs.values()))})
+
+
+# --------------------------------------------------------------------------- output
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.0f}%"
+
+
+def _rate(x: float | None) -> str:
+    return "–" if x is None else f"{x:.0f}"
+
+
+def render(res: DemoResult) -> str:
+    n = len(res.games)
+    epochs = max((len(v) for v in res.sr.values()), default=0)
+    lines = [f"# memrl demo: {n} ALFWorld games (valid_seen), student {res.model}",
+             "",
+             f"Teacher (ALFWorld's handcoded expert, no model): solved {res.teacher['solved']} of "
+             f"{res.teacher['games']} games; all {res.teacher['games']} trajectories are the teacher bank.",
+             "",
+             "## Success rate per epoch (games solved / " + str(n) + ")",
+             "",
+             "| method | " + " | ".join(f"epoch {e}" for e in range(1, epochs + 1)) + " |",
+             "|---|" + "---|" * epochs]
+    for m, curve in res.sr.items():
+        lines.append(f"| {m} | " + " | ".join(f"{v:.2f} ({round(v * n)})" for v in curve) + " |")
+    lines += ["", "## Paired comparison over games (final epoch)", "",
+              "Δ = difference of success rates, 95% paired bootstrap interval over games; McNemar: "
+              "b = games only the first solved, c = only the second; exact binomial test. "
+              f"With no game the other way (c = 0), p < {ALPHA} needs b ≥ {min_discordant()}.", "",
+              "| comparison | SR | Δ [95% CI] | b | c | McNemar p |", "|---|---|---|---|---|---|"]
+    pw = res.power
+    if pw:
+        lines.insert(len(lines) - 2, f"Power: {pw['fits']} games have a teacher trajectory that solves them within the "
+                     f"student's {pw['max_steps']} steps. If the other method solves none and each of them is solved "
+                     "with probability 0.5 / 0.7 / 0.9, the chance of p < 0.05 is "
+                     + " / ".join(f"{v:.2f}" for v in pw["by_p"].values()) + ".\n")
+    for r in res.comparisons:
+        lines.append(f"| {r['reference']} vs {r['method']} | {r['last_ref']:.2f} vs {r['last_method']:.2f} | "
+                     f"{r['delta']:+.2f} [{r['delta_lo']:+.2f}, {r['delta_hi']:+.2f}] | {r['ref_only']} | "
+                     f"{r['method_only']} | {r['mcnemar_p']:.3g} |")
+    lines += ["", "## Copy accuracy", "",
+              "Share of steps whose action equals the teacher's action at that step, in episodes given "
+              "the same game's teacher memory (`with`), and in the others (`without`: how often the "
+              "student picks the teacher's action anyway). Replays: episodes that repeat the teacher's "
+              "actions to its end.", "",
+              "| method | epoch | with: accuracy (steps, episodes, solved, replays) | without: accuracy (steps, episodes, solved) |",
+              "|---|---|---|---|"]
+    for m, per_epoch in res.copy.items():
+        for e, rep in per_epoch.items():
+            w, o = rep["with_teacher"], rep["without"]
+            lines.append(f"| {m} | {e} | {_pct(w['accuracy'])} ({w['steps']}, {w['episodes']}, {w['solved']}, "
+                         f"{w['replays']}) | {_pct(o['accuracy'])} ({o['steps']}, {o['episodes']}, {o['solved']}) |")
+    used = [q for q in res.q_moves if q["movement"] != "unused"]
+    lines += ["", "## Teacher memories under MemRL: Q after the run", "",
+              "Each teacher memory started at Q = " + (f"{used[0]['q_start']:g}" if used else "0") +
+              "; every episode it was injected into moves it toward +1 (solved) or −1 (failed).", "",
+              "| teacher memory (game) | teacher solved | Q | movement | student episodes solved / failed |",
+              "|---|---|---|---|---|"]
+    for q in used:
+        lines.append(f"| {q['task_id']} | {'yes' if q['teacher_solved'] else 'no'} | {q['q']:+.2f} | "
+                     f"{q['movement']} | {q['used_solved']} / {q['used_failed']} |")
+    unused = len(res.q_moves) - len(used)
+    if unused:
+        lines.append(f"\n{unused} teacher memories were never injected.")
+    sp = res.speed.get("run") or {}
+    lines += ["", "## Embedded model speed", "",
+              f"This demo's student runs: {int(sp.get('calls') or 0)} model calls; prompt tokens evaluated "
+              f"{_rate(sp.get('prompt_tokens_per_s'))}/s, of {int(sp.get('prompt_tokens') or 0)} sent "
+              f"{_pct(sp.get('reused_share'))} came from the reused prefix "
+              f"(= {_rate(sp.get('effective_prompt_tokens_per_s'))} prompt tokens/s sent); decode "
+              f"{_rate(sp.get('decode_tokens_per_s'))} tokens/s."]
+    bench = res.speed.get("bench")
+    if bench:
+        off, on = bench["off"], bench["on"]
+        lines += ["", f"Same {bench['prompts']} prompts, one process, reuse off then on "
+                  f"(outputs identical: {'yes' if bench['identical'] else 'NO'}):", "",
+                  "| prefix reuse | prompt tokens evaluated | prompt tokens/s (evaluated) | prompt tokens/s (sent) | decode tokens/s | seconds |",
+                  "|---|---|---|---|---|---|"]
+        for name, s in (("off", off), ("on", on)):
+            lines.append(f"| {name} | {s['prompt_tokens_evaluated']} of {s['prompt_tokens']} | "
+                         f"{_rate(s['prompt_tokens_per_s'])} | {_rate(s['effective_prompt_tokens_per_s'])} | "
+                         f"{_rate(s['decode_tokens_per_s'])} | {s['wall_s']:.1f} |")
+    if res.phases:
+        lines += ["", "## Wall time", ""] + [f"- {p.name}: {p.seconds:.0f} s" for p in res.phases]
+        lines.append(f"- total: {sum(p.seconds for p in res.phases):.0f} s")
+    return "\n".join(lines) + "\n"
+
+
+def plot(res: DemoResult, path: Path) -> Path:
+    from memrl.report.figures import _plt, _rate_axis, _save
+
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for m, curve in res.sr.items():
+        axes[0].plot(range(1, len(curve) + 1), curve, marker="o", label=m)
+    axes[0].set_xlabel("epoch")
+    axes[0].set_ylabel("success rate")
+    axes[0].set_title(f"SR per epoch ({len(res.games)} games, {res.model})", fontsize=8)
+    _rate_axis(axes[0])
+    axes[0].legend(fontsize=7)
+    given = {m: pe for m, pe in res.copy.items() if any(r["with_teacher"]["episodes"] for r in pe.values())}
+    width = 0.8 / max(1, len(given))
+    for i, (m, per_epoch) in enumerate(given.items()):
+        es = sorted(per_epoch)
+        vals = [per_epoch[e]["with_teacher"]["accuracy"] or 0.0 for e in es]
+        axes[1].bar([e + (i - (len(given) - 1) / 2) * width for e in es], vals, width, label=m)
+    axes[1].set_xlabel("epoch")
+    axes[1].set_ylabel("copy accuracy")
+    axes[1].set_title("steps equal to the same game's teacher memory (episodes given it)", fontsize=8)
+    _rate_axis(axes[1])
+    if given:
+        axes[1].legend(fontsize=7)
+    return _save(fig, path)
+
+
+def write(res: DemoResult) -> dict[str, Path]:
+    from memrl.records import write_json_atomic
+    from memrl.report import build_report
+
+    out = res.out
+    text = render(res)
+    files = {"demo.md": out / "demo.md", "demo.json": out / "demo.json", "demo.png": out / "demo.png"}
+    files["demo.md"].write_text(text, encoding="utf-8")
+    write_json_atomic(files["demo.json"], res.to_dict())
+    plot(res, files["demo.png"])
+    report_dir = out / "report"
+    build_report([out / m for m in res.sr], report_dir, warn=lambda m: None)
+    (report_dir / "demo.md").write_text(text, encoding="utf-8")
+    plot(res, report_dir / "demo.png")
+    files["report"] = report_dir
+    return files
+
+
+# --------------------------------------------------------------------------- main
+def main(argv: Sequence[str] | None = None, prog: str = "memrl demo") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--bench-prompts", type=int, default=8,
+                    help="prompts timed with prefix reuse off and on (0 = skip)")
+    ap.add_argument("--teacher-steps", type=int, default=TEACHER_STEPS,
+                    help=f"the teacher's step cap (default {TEACHER_STEPS})")
+    ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
+    ap.add_argument("overrides", nargs="*", help="config overrides for every run")
+    args = ap.parse_args(argv)
+    from memrl.teach import teach
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        print(f"memrl: --methods: unknown {unknown}; known {list(METHODS)}", file=sys.stderr)
+        return 2
+    out: Path = args.out
+    phases: list[Phase] = []
+    try:
+        t0 = time.monotonic()
+        bank = teach(BASE + args.overrides + [f"env.max_steps={args.teacher_steps}"], out / "teacher")
+        phases.append(Phase("teacher (expert, no model)", time.monotonic() - t0))
+        print(f"[demo] {bank.describe()}", flush=True)
+        t0 = time.monotonic()
+        dirs = run_students(out, bank.run_dir.resolve(), args.overrides, methods)
+        phases.append(Phase("students (" + ", ".join(methods) + ")", time.monotonic() - t0))
+    except ConfigError as exc:
+        print(f"memrl: {exc}", file=sys.stderr)
+        return 2
+    t0 = time.monotonic()
+    res = analyse(out, bank.run_dir, dirs)
+    if args.bench_prompts > 0:
+        from memrl.demo_bench import bench_prefix_reuse
+
+        res.speed["bench"] = bench_prefix_reuse(bank.run_dir, BASE + args.overrides, args.bench_prompts)
+    phases.append(Phase("analysis and speed check", time.monotonic() - t0))
+    res.phases = phases
+    files = write(res)
+    print(render(res))
+    print("files: " + ", ".join(str(p) for p in files.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
