@@ -5,6 +5,8 @@ For N tasks over epochs t = 1..E the success matrix is s[t, i] ∈ {0, 1}:
 - SR_t  = mean_i s[t, i];  Last = SR_E.
 - CSR_t = fraction of tasks solved at least once in epochs 1..t;  CSR = CSR_E.
 - FR_t  = #(s[t-1, i] = 1 and s[t, i] = 0) / #(s[t, i] = 0), for t ≥ 2.
+- staleness: the distribution of the episodes' retrieval staleness (updates committed
+  between an episode's retrieval and its own; `staleness_stats`).
   Convention: FR_t = 0 when no task failed at epoch t (denominator 0) -- nothing
   can have been forgotten then. `forgetting_mean` is the mean of FR_2..FR_E and
   is None (JSON null) when E < 2.
@@ -130,6 +132,19 @@ def outcome_counts(records: Sequence[EpisodeRecord], field: str = "outcome") -> 
     return {e: dict(sorted(c.items())) for e, c in sorted(out.items(), key=lambda kv: int(kv[0]))}
 
 
+def staleness_stats(records: Sequence[EpisodeRecord]) -> dict[str, Any] | None:
+    """How stale the episodes' retrievals were: per training episode, the updates committed
+    between its retrieval and its own (memrl.runner; 0 = the paper's online loop). Mean,
+    median, 90th percentile, max and the count of each value; None for records that do not
+    carry it (written before it existed)."""
+    values = np.array([int(r.staleness) for r in records if r.staleness is not None])
+    if values.size == 0:
+        return None
+    counts = {str(int(v)): int(n) for v, n in zip(*np.unique(values, return_counts=True))}
+    return {"mean": float(values.mean()), "median": float(np.median(values)),
+            "p90": float(np.percentile(values, 90)), "max": int(values.max()), "counts": counts}
+
+
 def compute_metrics(records: Sequence[EpisodeRecord], allow_missing: bool = False) -> dict[str, Any]:
     task_ids, epochs, S = success_matrix(records, allow_missing=allow_missing)
     tokens = {"prompt": 0, "completion": 0}
@@ -154,6 +169,7 @@ def compute_metrics(records: Sequence[EpisodeRecord], allow_missing: bool = Fals
         "missing_cells": [[t, e] for t, e in missing_cells(records)],
         "outcomes": outcome_counts(records),
         "outcome_details": outcome_counts(records, "outcome_detail"),
+        "staleness": staleness_stats(records),
     }
 
 

@@ -140,6 +140,12 @@ class EpisodeRecord:
     duration_s: float = 0.0
     outcome: str = ""         # one of OUTCOMES
     outcome_detail: str = ""  # the env's own class of the outcome
+    # training episodes (None in eval records and in records written before these existed):
+    # how many episode updates the bank held when this episode retrieved, and how many were
+    # committed between that retrieval and this episode's own update (memrl.runner: the
+    # batch schedule's staleness is the episode's place in its batch, async's is timing)
+    bank_version: int | None = None
+    staleness: int | None = None
 
     def __post_init__(self) -> None:
         if not self.outcome:  # an old record: its env-specific name was info["outcome"]

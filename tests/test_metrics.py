@@ -100,8 +100,9 @@ def test_compute_metrics_keys_and_values() -> None:
     assert set(m) == {
         "sr", "last", "csr", "csr_curve", "forgetting", "forgetting_mean", "n_tasks", "epochs",
         "n_episodes", "errored_episodes", "tokens", "llm_calls", "missing_cells", "outcomes",
-        "outcome_details",
+        "outcome_details", "staleness",
     }
+    assert m["staleness"] is None  # these records carry none
     assert m["sr"] == pytest.approx([1 / 3, 2 / 3, 2 / 3])
     assert m["last"] == pytest.approx(2 / 3)
     assert m["csr"] == pytest.approx(1.0)
@@ -257,3 +258,16 @@ def test_old_records_without_an_outcome_stay_readable(tmp_path) -> None:
     recs = read_episodes(path)
     assert [(r.outcome, r.outcome_detail) for r in recs] == [want for _, want in rows]
     assert compute_metrics(recs)["outcomes"]["1"]["llm_error"] == 2
+
+
+def test_staleness_distribution_of_the_records_that_carry_it() -> None:
+    from memrl.metrics import staleness_stats
+
+    recs = records_from(S3)
+    for i, r in enumerate(recs):
+        r.staleness = [0, 1, 2, 3, 0, 31][i % 6] if i != 4 else None  # one old record among them
+    values = sorted(r.staleness for r in recs if r.staleness is not None)
+    st = staleness_stats(recs)
+    assert st["max"] == max(values) and st["mean"] == pytest.approx(sum(values) / len(values))
+    assert sum(st["counts"].values()) == len(values) == len(recs) - 1
+    assert st["counts"]["0"] == values.count(0)
