@@ -111,3 +111,16 @@ def test_resume_refuses_a_different_config_but_allows_exempt_keys(tmp_path):
     assert check_resume(card, more_epochs)["config"] == config  # extending a run is allowed
     with pytest.raises(ConfigError, match=r"memory\.lam: 0\.5 -> 1\.0"):
         check_resume(card, {**config, "memory": {"lam": 1.0, "alpha": 0.3}})
+
+
+@pytest.mark.parametrize("preset,width", [("alfworld_paper", 32), ("hle_paper", 32),
+                                          ("llb_os_paper", 5), ("llb_db_paper", 5)])
+def test_paper_presets_run_the_official_batches_with_as_many_model_calls_in_flight(preset, width):
+    """Issue 16: the official code's batch sizes, and a model concurrency that plays them."""
+    with initialize_config_dir(config_dir=CONFIGS, version_base=None):
+        c = compose(config_name="config", overrides=[f"experiment={preset}"])
+    assert (c.runner.schedule, c.runner.batch_size, c.llm.max_concurrency) == ("batch", width, width)
+    with initialize_config_dir(config_dir=CONFIGS, version_base=None):
+        c = compose(config_name="config", overrides=[f"experiment={preset}", "runner.schedule=async",
+                                                     f"runner.max_in_flight={width}"])
+    assert (c.runner.schedule, c.runner.max_in_flight) == ("async", width)

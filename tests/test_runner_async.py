@@ -190,6 +190,13 @@ def test_a_budget_stops_an_async_run_after_committing_what_is_in_flight(tmp_path
     out = memrl_run([*args, "llm.budget_tokens=50000"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert card(run_dir)["status"] == "finished" and len(read_episodes(rd.episodes)) == 8
+    # the report shows the run's schedule and staleness distribution
+    from memrl.report.build import build_report
+
+    files = build_report([run_dir], tmp_path / "report", n_boot=50, warn=lambda m: None)
+    table = files["staleness.md"].read_text()
+    stale = write_metrics(run_dir, plots=False)["staleness"]
+    assert "| tiny | memrl | async | 2 |" in table and f"| {stale['max']} |" in table
 
 
 @pytest.mark.slow
