@@ -328,3 +328,28 @@ def test_episode_summary_adds_up_judge_use():
                                 "prompt_tokens": 810, "completion_tokens": 50,
                                 "cost_usd": pytest.approx(0.003)}
     assert "judge" not in episode_summary([unjudged])
+
+
+def test_expert_reply_mode_plays_the_recorded_trajectory_of_the_game_in_the_prompt():
+    """Issue 16 (bench with stragglers): the server answers a real ReAct prompt with the next
+    action of that game's recorded expert, so the episode ends when the expert's did; a game
+    it has no trajectory for, or a step past it, gets the tour."""
+    from memrl.records import Step
+    from memrl_envs.alfworld.prompts import build_prompt, format_task_start
+
+    start = format_task_start(ROOM, "put a mug in the cabinet.")
+    other = format_task_start(ROOM, "heat some egg and put it in the toaster.")
+    expert = {start: ["go to drawer 2", "take mug 1 from drawer 2", "go to cabinet 1"]}
+
+    def ask(server, task_start, actions):
+        history = [Step(action=a, observation="Nothing happens.") for a in actions]
+        prompt = build_prompt(["demo\n> look\nYou see nothing."], [], task_start, history)
+        out = _post(server.api_base + "/chat/completions",
+                    {"model": "fault", "messages": [{"role": "user", "content": prompt}], "stop": ["\n"]})
+        return out["choices"][0]["message"]["content"].strip()
+
+    with FaultServer(expert=expert) as server:
+        assert [ask(server, start, expert[start][:i]) for i in range(3)] == expert[start]
+        assert ask(server, start, expert[start]) == reply_for(
+            [{"role": "user", "content": build_prompt([], [], start, [Step(a, "x") for a in expert[start]])}]).strip()
+        assert ask(server, other, []) == "look"  # not recorded: the tour
