@@ -210,9 +210,12 @@ def expert_trajectories(args: argparse.Namespace, env: dict[str, str], work: Pat
     games: recorded once (a real `memrl.run agent=expert` epoch), then read from the cache."""
     from memrl.cache import default_cache_dir
 
-    where = default_cache_dir() / BENCH_CACHE / f"expert_{args.split}_{args.max_steps}_{args.games}.json"
-    if where.is_file():
-        return json.loads(where.read_text())
+    folder = default_cache_dir() / BENCH_CACHE
+    where = folder / f"expert_{args.split}_{args.max_steps}_{args.games}.json"
+    # a recording of at least these games serves (the server answers only the games it is asked)
+    for cached in sorted(folder.glob(f"expert_{args.split}_{args.max_steps}_*.json")):
+        if int(cached.stem.rsplit("_", 1)[1]) >= args.games:
+            return json.loads(cached.read_text())
     run_dir = work / "expert"
     print(f"# recording the expert's trajectories once ({args.games} games): {where}", flush=True)
     cmd = [sys.executable, "-m", "memrl.run", "env=alfworld", f"env.split={args.split}",
@@ -293,7 +296,7 @@ def run_parent(args: argparse.Namespace) -> int:
             expert_file = work / "expert.json"
             expert_file.write_text(json.dumps(chosen))
             solved = sum(t["success"] for t in table.values())
-            print(f"# expert: solves {solved}/{len(table)} games within {args.max_steps} steps; "
+            print(f"# expert (recorded on {len(table)} games): solves {solved}/{len(table)} within {args.max_steps} steps; "
                   f"{followed} games follow it (--expert-share {args.expert_share}), the rest tour "
                   "the room to the step limit", flush=True)
         print(f"# {args.games} ALFWorld games ({args.split}), max {args.max_steps} steps, lengths="
