@@ -8,7 +8,9 @@ the run card (`sessions[*].spend`; a session recorded before budgets existed cou
 
 Before each batch the run asks whether the batch would take the spend past a budget: the
 spend so far plus the batch's size times the most any committed batch of this session cost
-per episode. The run then stops at that commit boundary (status `budget`); the same command
+per episode. An async run (runner.schedule=async) asks before each episode starts, for it
+and the episodes in flight, at the session's average cost per committed episode; when the
+answer is no it starts nothing more, commits what is in flight, then stops. The run then stops at that commit boundary (status `budget`); the same command
 with a higher budget continues. The estimate learns from the batches played, so the first
 batch that makes paid calls always runs, and a batch dearer than every one before it can
 end above the budget by the difference; the run card says what was spent.
@@ -107,6 +109,7 @@ class BudgetMeter:
         self._clients = clients
         self.prior = prior
         self._per_episode = Spend()  # the most a committed batch of this session cost per episode
+        self._episodes = 0  # async: episodes this session committed
         self._last = self.session()
 
     def session(self) -> Spend:
@@ -141,6 +144,17 @@ class BudgetMeter:
         if n_tasks > 0:
             self._per_episode = Spend(max(self._per_episode.usd, cost.usd / n_tasks),
                                       max(self._per_episode.tokens, -(-cost.tokens // n_tasks)))
+
+    def note_episodes(self, n_tasks: int) -> None:
+        """Async runs (runner.schedule=async) commit one episode at a time while others are
+        in flight, so the spend between two commits is no one episode's cost: the estimate
+        per episode is the session's spend over the episodes it committed (spend of episodes
+        still in flight counted too, so it errs high)."""
+        self._episodes += n_tasks
+        now = self.session()
+        self._last = now
+        if self._episodes > 0:
+            self._per_episode = Spend(now.usd / self._episodes, -(-now.tokens // self._episodes))
 
     def postfix(self) -> dict[str, str]:
         now = self.spent()

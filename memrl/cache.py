@@ -20,6 +20,7 @@ What lives there (`memrl cache stats` lists it, `memrl cache clear TARGET --yes`
 | mariadb         | mariadb/                     | the Lifelong-DB server's data (`$MEMRL_DB_DIR` overrides) |
 | mem0            | mem0/                        | mem0's own settings file                           |
 | bench-memory    | bench_memory/                | scripts/bench_memory.py's embedded corpora         |
+| bench-throughput | bench_throughput/           | scripts/bench_throughput.py's recorded expert trajectories |
 
 Moving an older checkout's `runs/.cache` here: stop its database server first
 (`python -m memrl_envs.lifelong.db_server down --dir runs/.cache/mariadb`), then
@@ -138,6 +139,7 @@ CACHES: tuple[Cache, ...] = (
     Cache(DB_DIR, (DB_DIR,), "the Lifelong-DB MariaDB server's data directory"),
     Cache("mem0", ("mem0",), "mem0's own settings file"),
     Cache("bench-memory", ("bench_memory",), "scripts/bench_memory.py's embedded corpora"),
+    Cache("bench-throughput", ("bench_throughput",), "scripts/bench_throughput.py's recorded expert trajectories"),
 )
 
 

@@ -236,6 +236,13 @@ class Gate:
         if self.budget is not None:
             self.budget.note_batch(n_tasks)
 
+    def committed_episodes(self, n_tasks: int) -> None:
+        """`n_tasks` episodes of an async run were committed (memrl.budget: the estimate per
+        episode is the session's average, as spend between two async commits is no one
+        episode's cost)."""
+        if self.budget is not None:
+            self.budget.note_episodes(n_tasks)
+
     def postfix(self) -> dict[str, str]:
         """What the progress bar shows about the spend (and the budget, when set)."""
         return self.budget.postfix() if self.budget is not None else {}

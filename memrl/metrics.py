@@ -15,6 +15,8 @@ For N tasks over epochs t = 1..E the success matrix is s[t, i] ∈ {0, 1}:
   of the Phase-A pool over all retrievals (an empty pool counts 0) and the share of the
   non-empty pools that held only the task's own memories (a saturated pool: when tasks
   repeat, their own memories tie at similarity 1). Absent for modules that do not record it.
+- staleness: the distribution of the episodes' retrieval staleness (updates committed
+  between an episode's retrieval and its own; `staleness_stats`).
 
 Several records for one (task, epoch) -- e.g. Pass@k attempts -- count as a
 success if any of them succeeded.
@@ -238,6 +240,19 @@ def outcome_counts(records: Sequence[EpisodeRecord], field: str = "outcome") -> 
     return {e: dict(sorted(c.items())) for e, c in sorted(out.items(), key=lambda kv: int(kv[0]))}
 
 
+def staleness_stats(records: Sequence[EpisodeRecord]) -> dict[str, Any] | None:
+    """How stale the episodes' retrievals were: per training episode, the updates committed
+    between its retrieval and its own (memrl.runner; 0 = the paper's online loop). Mean,
+    median, 90th percentile, max and the count of each value; None for records that do not
+    carry it (written before it existed)."""
+    values = np.array([int(r.staleness) for r in records if r.staleness is not None])
+    if values.size == 0:
+        return None
+    counts = {str(int(v)): int(n) for v, n in zip(*np.unique(values, return_counts=True))}
+    return {"mean": float(values.mean()), "median": float(np.median(values)),
+            "p90": float(np.percentile(values, 90)), "max": int(values.max()), "counts": counts}
+
+
 def compute_metrics(records: Sequence[EpisodeRecord], allow_missing: bool = False,
                     zero_fail: ZeroFail = "zero") -> dict[str, Any]:
     task_ids, epochs, S = success_matrix(records, allow_missing=allow_missing)
@@ -267,6 +282,7 @@ def compute_metrics(records: Sequence[EpisodeRecord], allow_missing: bool = Fals
         "outcomes": outcome_counts(records),
         "outcome_details": outcome_counts(records, "outcome_detail"),
         "retrieval": retrieval_by_epoch(records),
+        "staleness": staleness_stats(records),
     }
 
 

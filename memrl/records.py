@@ -174,6 +174,12 @@ class EpisodeRecord:
     written: str | None = None  # id of the memory this episode wrote (None: none)
     model_calls: list[dict[str, Any]] = field(default_factory=list)  # [{purpose, key}] in order
     cost_usd: float = 0.0  # the model calls' cost as recorded (a cached answer keeps its cost)
+    # training episodes (None in eval records and in records written before these existed):
+    # how many episode updates the bank held when this episode retrieved, and how many were
+    # committed between that retrieval and this episode's own update (memrl.runner: the
+    # batch schedule's staleness is the episode's place in its batch, async's is timing)
+    bank_version: int | None = None
+    staleness: int | None = None
 
     def __post_init__(self) -> None:
         if not self.outcome:  # an old record: its env-specific name was info["outcome"]

@@ -67,6 +67,38 @@ def committed_cells(after: Any, batches: Sequence[Sequence[Any]], epochs: int) -
     return out
 
 
+def async_cells(records: Sequence[Mapping[str, Any]], copy: Mapping[str, Any] | None,
+                last: tuple[int, int] | None, n_tasks: int) -> dict[tuple[int, int], list[str]]:
+    """`committed_cells` for an async run (runner.schedule=async), whose commits are one
+    episode each, numbered within the epoch in completion order: positions 0..n_tasks-1 of
+    every epoch before the checkpoint's, 0..its last position in its epoch. The task at a
+    position is the one its record names (the last commit's copy for the last position);
+    a position nothing names is reported missing by `repair_records`. A task committed at
+    two positions of one epoch is refused here (two writers, or an edited file)."""
+    if last is None:
+        return {}
+    named: dict[tuple[int, int], str] = {}
+    for r in records:
+        named.setdefault((int(r["epoch"]), int(r["batch"])), str(r["task_id"]))
+    if copy is not None and copy.get("records"):
+        named.setdefault((int(copy["epoch"]), int(copy["batch"])), str(copy["records"][0]["task_id"]))
+    out: dict[tuple[int, int], list[str]] = {}
+    last_epoch, last_pos = last
+    for epoch in range(1, last_epoch + 1):
+        size = n_tasks if epoch < last_epoch else last_pos + 1
+        seen: dict[str, int] = {}
+        for pos in range(size):
+            task = named.get((epoch, pos), f"<commit {pos}>")
+            if task in seen:
+                raise RunRefused(
+                    f"the episode records commit task {task} twice in epoch {epoch} (commits "
+                    f"{seen[task]} and {pos}): two processes wrote this run directory, or the "
+                    f"file was edited; {NEW_DIR}")
+            seen[task] = pos
+            out[(epoch, pos)] = [task]
+    return out
+
+
 def _shown(cells: Iterable[tuple[int, int, str]], n: int = 6) -> str:
     cells = sorted(cells)
     text = ", ".join(f"{t}@epoch{e}/batch{b}" for e, b, t in cells[:n])

@@ -17,6 +17,8 @@ tools, tests) takes its paths from a `RunDir`, so a file name exists once. Layou
       bank_updates.jsonl   the log of bank updates (Q before -> after), one line per batch
                            (memrl.banklog)
       state/               checkpoint.json, eval_checkpoint.json, journal.json, last_commit.json,
+                           launches.jsonl (runner.schedule=async: each episode's retrieval,
+                           logged before it starts; memrl.launches),
                            lock (memrl.lock: held by the one process running the directory)
       .hydra/              Hydra's record of the composed config and the overrides
       run.log              Hydra's log of the job (the job is named after memrl/run.py)
@@ -55,6 +57,7 @@ class RunDir:
     EVAL_CHECKPOINT = "eval_checkpoint.json"
     JOURNAL = "journal.json"
     LAST_COMMIT = "last_commit.json"
+    LAUNCHES = "launches.jsonl"
     LOCK = "lock"
     HYDRA = ".hydra"
     LOG = "run.log"
@@ -133,6 +136,11 @@ class RunDir:
     def last_commit(self) -> Path:
         """The journal of the last committed batch, kept to repair a torn episodes.jsonl."""
         return self.state / self.LAST_COMMIT
+
+    @property
+    def launches(self) -> Path:
+        """The launch log of an async run (memrl.launches)."""
+        return self.state / self.LAUNCHES
 
     @property
     def lock(self) -> Path:

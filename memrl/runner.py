@@ -22,6 +22,23 @@ memrl/recording.py; the progress bar and the per-epoch log line in memrl/live.py
 What stops a run between batches (model errors that no retry cures, storage failures, too
 many errored episodes, a budget, SIGTERM / SIGINT) is decided by a `memrl.guards.Gate` at
 the commit boundaries: before a batch, after it is played, and around the commit.
+
+Two schedules (`runner.schedule`):
+
+- `batch` (default): the above. Deterministic: the same command gives the same run.
+- `async`: a free pool of `runner.max_in_flight` episodes per epoch. An episode retrieves
+  against the bank as it is when it starts (its retrieval is appended to the launch log,
+  `memrl.launches`, before it starts) and its update is committed, by the protocol above
+  with a "batch" of one episode, as soon as it finishes: commits are numbered within the
+  epoch in completion order (the record's `batch`). Epochs are barriers (epoch e+1 starts
+  when epoch e is committed). What an episode retrieves depends on timing, so a fresh async
+  run is not repeatable; it is replayable: after a crash, launched but uncommitted episodes
+  replay with their logged memories, and `runner.replay_from` plays a finished run again
+  from its log in its commit order, checking each retrieval against the log.
+
+Every training record carries `bank_version` (episode updates in the bank when it retrieved)
+and `staleness` (updates committed between its retrieval and its own): its place in its
+batch for `batch`, timing for `async`; 0 everywhere is the paper's strictly online loop.
 """
 
 from __future__ import annotations
@@ -31,7 +48,7 @@ import logging
 import os
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
@@ -40,7 +57,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
 from memrl import recovery
-from memrl.guards import STORAGE, Gate
+from memrl.guards import BUDGET, FAILED, STORAGE, Gate, RunRefused, RunStopped
+from memrl.launches import Launch, LaunchLog
 from memrl.live import RunTally, progress_enabled
 from memrl.llm.client import LLMClient
 from memrl.memory.base import LearnItem, MemoryModule
@@ -73,11 +91,26 @@ class RunnerSettings(BaseModel):
     mode: Literal["train", "transfer"] = "train"
     eval_split: str | None = None
     eval_max_tasks: int | None = Field(None, ge=1)
+    # batch: batches of batch_size retrieve at batch start, learn in task order (deterministic);
+    # async: a free pool of max_in_flight episodes, each retrieving when it starts and
+    # committed when it finishes (timing-dependent, replayable from its launch log). Both
+    # change results, and so does max_in_flight (the staleness of async retrievals; unused by
+    # batch, but a result key all the same: one mark per key)
+    schedule: Literal["batch", "async"] = "batch"
+    max_in_flight: int = Field(8, ge=1, description="async: episodes in flight at once")
+    # async only: play a finished async run again from its launch log and commit order
+    replay_from: str | None = None
 
     @model_validator(mode="after")
     def _check_transfer(self) -> "RunnerSettings":
         if self.mode == "transfer" and not self.eval_split:
             raise ValueError("eval_split: transfer mode needs a held-out split (e.g. valid_seen)")
+        if self.replay_from:
+            if self.schedule != "async":
+                raise ValueError("replay_from: replays an async run; set runner.schedule=async")
+            if not RunDir(Path(self.replay_from).expanduser()).launches.is_file():
+                raise ValueError(f"replay_from: {self.replay_from} holds no launch log "
+                                 f"({RunDir.STATE}/{RunDir.LAUNCHES}): not an async run directory")
         return self
 
 
@@ -126,13 +159,20 @@ class Runner:
         self.last_commit_path = self.run_dir.last_commit
         self.eval_path = self.run_dir.eval_episodes
         self.eval_ckpt_path = self.run_dir.eval_checkpoint
-        # episodes of one batch in parallel: as many as the model serves at once; with no
-        # model (oracle agents) as many as the env says it can run (e.g. sandboxes per core)
-        self.workers = llm.max_concurrency if llm is not None else int(env.parallel_episodes)
+        # batch: episodes of one batch in parallel, as many as the model serves at once; with
+        # no model (oracle agents) as many as the env says it can run (e.g. sandboxes per
+        # core). async: runner.max_in_flight (the env's limit still bounds an oracle's)
+        if settings.schedule == "async":
+            self.workers = settings.max_in_flight if llm is not None else \
+                min(settings.max_in_flight, int(env.parallel_episodes))
+        else:
+            self.workers = llm.max_concurrency if llm is not None else int(env.parallel_episodes)
+        self.launch_log = LaunchLog(self.run_dir.launches)
         self._embeddings: dict[str, list[float]] = {}
         self._solved: set[str] = set()
         self.commit_log = CommitLog(self.run_dir)
         self.tally = RunTally(n_tasks=0)
+        self._version = 0  # episode updates committed to the bank (training, all epochs)
 
     # ------------------------------------------------------------- persistence
     def load_checkpoint(self) -> Checkpoint:
@@ -148,7 +188,8 @@ class Runner:
         with writing(self.episodes_path, "the episode records"):
             rewrite_jsonl(self.episodes_path, records)
 
-    def recover(self, batches: Sequence[Sequence[Task]] | None = None) -> Checkpoint:
+    def recover(self, batches: Sequence[Sequence[Task]] | None = None,
+                n_tasks: int | None = None) -> Checkpoint:
         """Bring the run directory to its last commit (module doc): records of committed
         batches only (the last one restored from its copy if a torn append cut it), the bank
         checked against the checkpoint, a newer journal re-applied. Refuses (RunRefused) a
@@ -161,8 +202,12 @@ class Runner:
         if journal is not None and not pending:  # committed; its rename to last_commit was cut
             last_copy = journal
         records = recovery.read_records(self.episodes_path) if self.episodes_path.exists() else []
-        if batches is not None:
-            cells = recovery.committed_cells(ckpt.after, batches, max(ckpt.epoch, 1))
+        if batches is not None or n_tasks is not None:
+            if self.s.schedule == "async":
+                cells = recovery.async_cells(records, last_copy, ckpt.last if ckpt.any_committed else None,
+                                             n_tasks or sum(map(len, batches or [])))
+            else:
+                cells = recovery.committed_cells(ckpt.after, batches, max(ckpt.epoch, 1))
             keep, restored = recovery.repair_records(self.episodes_path, records, cells,
                                                      ckpt.last if ckpt.any_committed else None, last_copy)
         else:
@@ -290,9 +335,18 @@ class Runner:
         eval_tasks = list(eval_tasks or [])
         B = self.s.batch_size
         batches = [tasks[i:i + B] for i in range(0, len(tasks), B)]
-        eval_batches = [eval_tasks[i:i + B] for i in range(0, len(eval_tasks), B)]
-        ckpt = self.recover(batches)
+        # the frozen bank's evaluation learns nothing, so its batching changes no result:
+        # async evaluates max_in_flight episodes at a time
+        E = B if self.s.schedule == "batch" else self.s.max_in_flight
+        eval_batches = [eval_tasks[i:i + E] for i in range(0, len(eval_tasks), E)]
+        if self.s.schedule == "async":
+            ckpt = self.recover(n_tasks=len(tasks))
+            self.launch_log.repair()
+            source = self._replay_source(tasks) if self.s.replay_from else None
+        else:
+            ckpt = self.recover(batches)
         eval_ckpt = self._recover_eval()
+        self._version = sum(1 for _ in iter_jsonl(self.episodes_path))
         if self.embed_intents is not None:
             everything = tasks + eval_tasks
             vecs = self.embed_intents([t.intent for t in everything])
@@ -303,11 +357,17 @@ class Runner:
         pool = ThreadPoolExecutor(max_workers=max(1, self.workers))
         try:
             for epoch in range(1, self.s.epochs + 1):
-                todo = [b for b in range(len(batches)) if not ckpt.after(epoch, b)]
-                if todo:
-                    ckpt = self._train_epoch(pool, epoch, batches, todo)
-                    if self.on_epoch_end is not None:
-                        self.on_epoch_end(epoch)
+                if self.s.schedule == "async":
+                    if not ckpt.after(epoch, len(tasks) - 1):
+                        ckpt = self._train_epoch_async(pool, epoch, tasks, source)
+                        if self.on_epoch_end is not None:
+                            self.on_epoch_end(epoch)
+                else:
+                    todo = [b for b in range(len(batches)) if not ckpt.after(epoch, b)]
+                    if todo:
+                        ckpt = self._train_epoch(pool, epoch, batches, todo)
+                        if self.on_epoch_end is not None:
+                            self.on_epoch_end(epoch)
                 eval_todo = [b for b in range(len(eval_batches)) if not eval_ckpt.after(epoch, b)]
                 if eval_todo:
                     eval_ckpt = self._eval_epoch(pool, epoch, eval_batches, eval_todo)
@@ -323,11 +383,11 @@ class Runner:
         return tqdm(total=total, initial=done, desc=desc, unit="task", dynamic_ncols=True,
                     disable=not progress_enabled(self.s.progress))
 
-    def _postfix(self, bar: tqdm, epoch: int) -> None:
+    def _postfix(self, bar: tqdm, epoch: int, **more: Any) -> None:
         """The epoch's solved / errored episodes and this session's retries, spend and tokens;
-        with a budget, spend and tokens against it (memrl.budget)."""
+        with a budget, spend and tokens against it (memrl.budget); `more` (async: in flight)."""
         bar.set_postfix({**self.tally.postfix(epoch, self.llm.totals() if self.llm else None),
-                         **self.gate.postfix()})
+                         **more, **self.gate.postfix()})
 
     def _errored_so_far(self, path: Path, epoch: int) -> int:
         """Errored episodes of `epoch` already committed to `path` (a resumed epoch)."""
@@ -347,12 +407,15 @@ class Runner:
                             for t in batch]
                 outs = list(pool.map(lambda tm: self._play(epoch, b, tm[0], tm[1]), zip(batch, memories)))
                 records = [asdict(r) for r, _ in outs]
+                for i, r in enumerate(records):  # learned in task order after the batch's first i
+                    r["bank_version"], r["staleness"] = self._version, i
                 errored += self.gate.after_batch(records, epoch=epoch, batch=b, errored_before=errored,
                                                  epoch_size=total)
                 update = self.memory.plan([item for _, item in outs])
                 mark_written(records, update)
                 with self.gate.committing():
                     self._commit(epoch, b, update, records, memory_texts(item.injected for _, item in outs))
+                self._version += len(records)
                 self.gate.committed(len(batch))
                 self._solved.update(r["task_id"] for r in records if r["success"])
                 bar.update(len(batch))
@@ -361,6 +424,150 @@ class Runner:
             bar.close()
         log.info("%s", self.tally.epoch_line(epoch, self.s.epochs))
         return Checkpoint(epoch, todo[-1])
+
+    # ------------------------------------------------------------ async schedule
+    def _replay_source(self, tasks: Sequence[Task]) -> dict[int, tuple[list[Launch], list[str]]]:
+        """`runner.replay_from`: per epoch, the source run's launches (in launch order) and
+        its commit order (task ids), for the epochs it finished."""
+        src = RunDir(Path(str(self.s.replay_from)).expanduser())
+        launches = LaunchLog(src.launches).read()
+        records = recovery.read_records(src.episodes) if src.episodes.exists() else []
+        ids = {t.task_id for t in tasks}
+        out: dict[int, tuple[list[Launch], list[str]]] = {}
+        for epoch in sorted({int(r["epoch"]) for r in records}):
+            order = [str(r["task_id"]) for r in sorted((r for r in records if int(r["epoch"]) == epoch),
+                                                          key=lambda r: int(r["batch"]))]
+            logged: dict[str, Launch] = {}
+            for rec in launches:
+                if rec.epoch == epoch:
+                    logged.setdefault(rec.task_id, rec)
+            if set(order) != ids or set(logged) != ids:
+                continue  # an epoch the source did not finish (or over other tasks)
+            out[epoch] = (sorted(logged.values(), key=lambda rec: rec.launch), order)
+        return out
+
+    def _train_epoch_async(self, pool: ThreadPoolExecutor, epoch: int, tasks: list[Task],
+                           source: dict[int, tuple[list[Launch], list[str]]] | None) -> Checkpoint:
+        """One epoch of the free pool (module doc). Episodes start in task order, after any
+        launched-but-uncommitted ones of a crashed session (they replay with their logged
+        memories); each commits as soon as it finishes. With `source` (replay_from), the
+        launches and the commit order are the source run's: an episode starts once the bank
+        holds as many updates as when it started there (its retrieval is checked against
+        the logged one) and commits at its logged place."""
+        total = len(tasks)
+        by_id = {t.task_id: t for t in tasks}
+        committed = {str(r["task_id"]) for r in iter_jsonl(self.episodes_path) if int(r["epoch"]) == epoch}
+        position = len(committed)  # the next commit's place in the epoch
+        mine = self.launch_log.by_epoch(epoch)
+        if source is not None:
+            if epoch not in source:
+                raise RunRefused(f"runner.replay_from: {self.s.replay_from} has no finished epoch "
+                                 f"{epoch} over these tasks; replay at most the epochs it finished "
+                                 "(runner.epochs)")
+            plan, forced = source[epoch]
+            queue = [rec for rec in plan if rec.task_id not in committed]
+        else:
+            forced = None
+            # a crashed session's in flight first (launch order), then the rest in task order
+            queue = sorted((rec for tid, rec in mine.items() if tid not in committed), key=lambda r: r.launch)
+            queue += [Launch(epoch, t.task_id, -1, -1) for t in tasks
+                      if t.task_id not in committed and t.task_id not in mine]
+        next_launch = max((rec.launch for rec in mine.values()), default=-1) + 1
+        bar = self._progress(total, position, f"epoch {epoch}/{self.s.epochs}")
+        errored = self.tally.epoch(epoch).errored  # committed before (a resumed epoch)
+        in_flight: dict[Future, Launch] = {}
+        finished: dict[str, tuple[EpisodeRecord, LearnItem, Launch]] = {}
+        stop: RunStopped | None = None
+        try:
+            while queue or in_flight or finished:
+                while queue and stop is None and len(in_flight) < self.workers:
+                    nxt = queue[0]
+                    logged = mine.get(nxt.task_id)
+                    if source is not None and logged is None and nxt.bank_version > self._version:
+                        break  # it started later in the source run
+                    try:
+                        self.gate.before_batch(len(in_flight) + 1)
+                    except RunStopped as exc:
+                        if exc.status != BUDGET or not (in_flight or finished):
+                            raise
+                        stop = exc  # what is in flight is paid for: let it finish and commit
+                        break
+                    queue.pop(0)
+                    task = by_id[nxt.task_id]
+                    if logged is not None:  # launched by a session that stopped: replay it
+                        launch = logged
+                    else:
+                        seed = derive_seed(self.seed, "retrieve", epoch, task.task_id)
+                        memories = self._retrieve(task, seed)
+                        if source is not None:
+                            self._check_replayed(nxt, memories)
+                            memories = nxt.retrieved()
+                        launch = Launch.of(epoch, task.task_id, next_launch, self._version, memories)
+                        next_launch += 1
+                        self.launch_log.append(launch)  # before the episode starts
+                        mine[task.task_id] = launch
+                    fut = pool.submit(self._play, epoch, -1, task,
+                                      memories if logged is None and source is None else launch.retrieved())
+                    in_flight[fut] = launch
+                if in_flight:
+                    done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+                    for fut in sorted(done, key=lambda f: in_flight[f].launch):
+                        launch = in_flight.pop(fut)
+                        record, item = fut.result()
+                        finished[launch.task_id] = (record, item, launch)
+                # commit what finished: in completion order, or the source's order
+                while finished:
+                    head = queue[0] if queue else None
+                    if source is not None and head is not None and head.task_id not in mine \
+                            and head.bank_version <= self._version:
+                        break  # it retrieved before this commit in the source run: launch it first
+                    if forced is not None:
+                        tid = forced[position]
+                        if tid not in finished:
+                            break
+                    else:
+                        tid = next(iter(finished))
+                    record, item, launch = finished.pop(tid)
+                    rec = asdict(record)
+                    rec.update(batch=position, bank_version=launch.bank_version,
+                               staleness=self._version - launch.bank_version)
+                    errored += self.gate.after_batch([rec], epoch=epoch, batch=position,
+                                                     errored_before=errored, epoch_size=total)
+                    update = self.memory.plan([item])
+                    mark_written([rec], update)
+                    with self.gate.committing():
+                        self._commit(epoch, position, update, [rec], memory_texts([item.injected]))
+                    self._version += 1
+                    position += 1
+                    self.gate.committed_episodes(1)
+                    if rec["success"]:
+                        self._solved.add(tid)
+                    bar.update(1)
+                    self._postfix(bar, epoch, in_flight=len(in_flight))
+                if stop is not None and not in_flight:
+                    raise stop
+                if forced is not None and not in_flight and (queue or finished):
+                    head = queue[0] if queue else None
+                    can_launch = head is not None and (head.task_id in mine or head.bank_version <= self._version)
+                    if not can_launch and forced[position] not in finished:
+                        raise RunStopped(FAILED, f"runner.replay_from: commit {position} of epoch {epoch} "
+                                                 f"({forced[position]}) cannot be played before the "
+                                                 "commits it depends on: the source run's launch log "
+                                                 "and records disagree")
+        finally:
+            bar.close()
+        log.info("%s", self.tally.epoch_line(epoch, self.s.epochs))
+        return Checkpoint(epoch, total - 1)
+
+    def _check_replayed(self, logged: Launch, memories: list[RetrievedMemory]) -> None:
+        """A replayed launch retrieves what the source run logged, or the replay stops."""
+        got = [(m.memory_id, round(m.q, 9)) for m in memories]
+        want = [(m["memory_id"], round(float(m["q"]), 9)) for m in logged.memories]
+        if got != want:
+            raise RunStopped(FAILED, f"runner.replay_from: task {logged.task_id} of epoch {logged.epoch} "
+                                     f"retrieved {got} at bank version {self._version}, the source run "
+                                     f"logged {want}: the replay diverged (another bank, memory "
+                                     "config or embedder than the source run's)")
 
     # ------------------------------------------------------------ transfer eval
     def _recover_eval(self) -> Checkpoint:

@@ -1,20 +1,35 @@
-"""Throughput of the real stack: one ALFWorld epoch over N games against a fake model server
-with a fixed latency per call, at several concurrency levels.
+"""Throughput of the real stack under stragglers: one ALFWorld epoch over N games against a
+fake model server, batch vs async scheduling side by side at several concurrency levels.
 
-    python scripts/bench_throughput.py                       # 32 games, 0.5 s/call, c = 1 8 32
-    python scripts/bench_throughput.py --games 16 --levels 8 32 --max-steps 10
+    python scripts/bench_throughput.py                          # 200 games, c = 8 32 64
+    python scripts/bench_throughput.py --games 64 --levels 8 32 --rate 30
+    python scripts/bench_throughput.py --lengths fixed          # every episode runs max steps
 
-For each level c the epoch runs in a fresh process (`llm.max_concurrency=c`, one batch of N
-episodes, `runner.batch_size=N`, so c episodes are in flight) through litellm, the LLM client
-and the runner, exactly as `python -m memrl.run` wires them (memory=none unless --memory;
-response cache off). The server (memrl.testing.fault_server, its own process) answers every
-call after `--latency` seconds with a plausible ALFWorld action.
+Episode lengths (`--lengths`):
+- `expert` (default): the server (memrl.testing.fault_server, expert reply mode) answers with
+  the next action of ALFWorld's handcoded expert for the game in the prompt, so an episode
+  ends when the expert's did (the expert fails some games: those run to the step limit); a
+  share of the games (`--expert-share`, default 1, chosen by
+  a hash of the game id) follows the expert, the rest get a fixed tour of the room and run to
+  `--max-steps`, as a weak agent's do. The expert's trajectories are recorded once per split
+  and step limit (`agent=expert memory=none`) and cached under $MEMRL_CACHE_DIR/bench_throughput/.
+- `fixed`: every game gets the tour; every episode runs all `--max-steps` steps.
 
-Printed per level: wall time of the epoch, model calls/s, and
+For each level c and each schedule the epoch runs in a fresh process, exactly as
+`python -m memrl.run` wires it (memory=none unless --memory; response cache off), with
+`llm.max_concurrency=c` and either `runner.schedule=batch runner.batch_size=c` (the official
+code's batches: all c episodes retrieve at batch start, the next batch starts when the
+slowest ends) or `runner.schedule=async runner.max_in_flight=c` (a free pool). Each level
+gets its own server whose latency per call is c / `--rate` seconds, so every level asks the
+same calls per second of the machine (its CPUs, shared with other work, would otherwise be
+what a high level measures).
+
+Printed per level, for both schedules:
     efficiency = ideal / actual,   ideal = (sum of injected latencies) / c
-plus where the client's time went: TextWorld resets and steps (time inside the TextWorld
-lock, and waiting for it) and the process's CPU time. The 1-minute load average is printed
-with each level: other work on the machine shows up as lost efficiency.
+next to the efficiency a zero-overhead scheduler would reach with the same episode lengths
+in the same order (`sim`: batches of c; a free pool of c with its end-of-epoch drain), the
+episode-length statistics, and the async run's staleness (commits between an episode's
+retrieval and its own commit). The 1-minute load average is printed with each level.
 
 Start-up costs paid once per process (litellm's import and first call, TextWorld's first
 game) are paid before the clock starts. ALFWorld's game translation cache
@@ -25,9 +40,12 @@ first on a machine; --cold empties it before the timed epoch.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import heapq
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,6 +58,7 @@ from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "alfworld"
+BENCH_CACHE = "bench_throughput"  # under $MEMRL_CACHE_DIR: the recorded expert trajectories
 
 
 # ---------------------------------------------------------------------------- child side
@@ -124,8 +143,9 @@ def run_child(args: argparse.Namespace) -> int:
         f"env.max_steps={args.max_steps}", f"memory={args.memory}", "embedder=hashing",
         "llm=openai_compatible", "llm.model=openai/bench", f"llm.api_base={args.api_base}",
         "llm.api_key_env=BENCH_API_KEY", f"llm.max_concurrency={args.concurrency}",
-        "llm.cache=false", "llm.timeout=120", "runner.epochs=1",
-        f"runner.batch_size={args.games}", "runner.progress=false", "runner.metrics_every_epoch=false",
+        "llm.cache=false", "llm.timeout=120", "runner.epochs=1", f"runner.schedule={args.schedule}",
+        f"runner.batch_size={args.concurrency}", f"runner.max_in_flight={args.concurrency}",
+        "runner.progress=false", "runner.metrics_every_epoch=false",
     ]
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
         cfg = compose(config_name="config", overrides=overrides)
@@ -171,6 +191,9 @@ def run_child(args: argparse.Namespace) -> int:
                       "gc_s": probe.gc, "gc_runs": probe.gcs},
         "sas_cache": {"memory_hits": sas.memory_hits, "disk_hits": sas.disk_hits,
                       "misses": sas.misses} if sas is not None else None,
+        "lengths": [r["steps"] for r in records],  # in task order: the order they launch
+        "order": [r["task_id"] for r in records],
+        "staleness": [r["staleness"] for r in records],
     }), flush=True)
     return 0
 
@@ -182,6 +205,77 @@ def _http(url: str, data: bytes | None = None) -> dict[str, Any]:
         return json.loads(resp.read())
 
 
+def expert_trajectories(args: argparse.Namespace, env: dict[str, str], work: Path) -> dict[str, Any]:
+    """task id -> {start, actions, success} of ALFWorld's handcoded expert on the bench's
+    games: recorded once (a real `memrl.run agent=expert` epoch), then read from the cache."""
+    from memrl.cache import default_cache_dir
+
+    folder = default_cache_dir() / BENCH_CACHE
+    where = folder / f"expert_{args.split}_{args.max_steps}_{args.games}.json"
+    # a recording of at least these games serves (the server answers only the games it is asked)
+    for cached in sorted(folder.glob(f"expert_{args.split}_{args.max_steps}_*.json")):
+        if int(cached.stem.rsplit("_", 1)[1]) >= args.games:
+            return json.loads(cached.read_text())
+    run_dir = work / "expert"
+    print(f"# recording the expert's trajectories once ({args.games} games): {where}", flush=True)
+    cmd = [sys.executable, "-m", "memrl.run", "env=alfworld", f"env.split={args.split}",
+           f"env.max_tasks={args.games}", f"env.max_steps={args.max_steps}", "agent=expert",
+           "memory=none", "embedder=hashing", "runner.epochs=1", "runner.progress=false",
+           f"hydra.run.dir={run_dir}"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    if out.returncode != 0:
+        raise SystemExit(f"bench_throughput: recording the expert failed:\n{out.stderr[-3000:]}")
+    from memrl.records import iter_jsonl
+    from memrl.rundir import RunDir
+
+    table = {}
+    for r in iter_jsonl(RunDir(run_dir).episodes):
+        table[r["task_id"]] = {"start": r["info"]["initial_observation"], "success": r["success"],
+                               "actions": [s["action"] for s in r["transcript"]]}
+    where.parent.mkdir(parents=True, exist_ok=True)
+    tmp = where.with_suffix(".tmp")
+    tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
+    os.replace(tmp, where)
+    return table
+
+
+def follows_expert(task_id: str, share: float) -> bool:
+    """Whether this game gets the expert's actions (a fixed hash of its id, not a draw)."""
+    h = int(hashlib.sha256(task_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return h < share
+
+
+def simulate(lengths: list[int], c: int, schedule: str) -> float:
+    """Efficiency of a zero-overhead scheduler for these episode lengths in this order."""
+    ideal = sum(lengths) / c
+    if schedule == "batch":
+        actual = sum(max(lengths[i:i + c]) for i in range(0, len(lengths), c))
+    else:
+        slots = [0.0] * c
+        for n in lengths:
+            heapq.heapreplace(slots, slots[0] + n)
+        actual = max(slots)
+    return ideal / actual if actual else 1.0
+
+
+def _stats(values: list[int]) -> dict[str, float]:
+    v = sorted(values)
+    return {"mean": statistics.fmean(v), "median": statistics.median(v), "min": v[0], "max": v[-1],
+            "p90": v[min(len(v) - 1, int(0.9 * len(v)))]}
+
+
+def start_server(latency: float, env: dict[str, str], expert_file: Path | None) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "memrl.testing.fault_server", "--port", "0", "--latency", f"{latency:.6f}"]
+    if expert_file is not None:
+        cmd += ["--expert", str(expert_file)]
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    line = server.stdout.readline() if server.stdout else ""
+    if not line:
+        server.kill()
+        raise SystemExit("bench_throughput: the model server did not start")
+    return server, json.loads(line)["api_base"]
+
+
 def run_parent(args: argparse.Namespace) -> int:
     if not args.data_root.is_dir():
         print(f"bench_throughput: no ALFWorld data at {args.data_root} (--data-root)", file=sys.stderr)
@@ -190,43 +284,58 @@ def run_parent(args: argparse.Namespace) -> int:
     env = dict(os.environ, ALFWORLD_DATA=str(args.data_root), MEMRL_CACHE_DIR=str(work / "cache"),
                BENCH_API_KEY="bench", LITELLM_LOCAL_MODEL_COST_MAP="True", HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    server = subprocess.Popen([sys.executable, "-m", "memrl.testing.fault_server", "--port", "0",
-                               "--latency", str(args.latency)], stdout=subprocess.PIPE, text=True, env=env)
     rows: list[dict[str, Any]] = []
     try:
-        line = server.stdout.readline() if server.stdout else ""
-        if not line:
-            print("bench_throughput: the model server did not start", file=sys.stderr)
-            return 1
-        api_base = json.loads(line)["api_base"]
-        base = api_base.rsplit("/v1", 1)[0]
-        print(f"# {args.games} ALFWorld games ({args.split}), max {args.max_steps} steps, "
-              f"{args.latency} s per call, memory={args.memory}, "
+        expert_file = None
+        followed = 0
+        if args.lengths == "expert":
+            table = expert_trajectories(args, env, work)
+            chosen = {t["start"]: t["actions"] for tid, t in sorted(table.items())
+                      if follows_expert(tid, args.expert_share)}
+            followed = len(chosen)
+            expert_file = work / "expert.json"
+            expert_file.write_text(json.dumps(chosen))
+            solved = sum(t["success"] for t in table.values())
+            print(f"# expert (recorded on {len(table)} games): solves {solved}/{len(table)} within {args.max_steps} steps; "
+                  f"{followed} games follow it (--expert-share {args.expert_share}), the rest tour "
+                  "the room to the step limit", flush=True)
+        print(f"# {args.games} ALFWorld games ({args.split}), max {args.max_steps} steps, lengths="
+              f"{args.lengths}, latency c/{args.rate:g} s per call, memory={args.memory}, "
               f"{'cold' if args.cold else 'warm'} translation cache; {os.cpu_count()} CPUs", flush=True)
         for c in args.levels:
-            load_before = os.getloadavg()[0]
-            cmd = [sys.executable, __file__, "--child", "--api-base", api_base, "--concurrency", str(c),
-                   "--run-dir", str(work / f"c{c}"), "--games", str(args.games), "--split", args.split,
-                   "--max-steps", str(args.max_steps), "--memory", args.memory] + (["--cold"] if args.cold else [])
-            out = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            if out.returncode != 0:
-                print(out.stderr[-4000:], file=sys.stderr)
-                return 1
-            child = json.loads(out.stdout.strip().splitlines()[-1])
-            stats = _http(base + "/stats")
-            ideal = stats["latency_total_s"] / c
-            row = {"concurrency": c, "load_before": load_before, "load_after": os.getloadavg()[0],
-                   "calls": stats["requests"], "ideal_s": ideal, "max_in_flight": stats["max_in_flight"],
-                   "efficiency": ideal / child["wall_s"], "calls_per_s": stats["requests"] / child["wall_s"],
-                   **child}
+            latency = c / args.rate
+            server, api_base = start_server(latency, env, expert_file)
+            base = api_base.rsplit("/v1", 1)[0]
+            row: dict[str, Any] = {"concurrency": c, "latency_s": latency, "load_before": os.getloadavg()[0]}
+            try:
+                for schedule in args.schedules:
+                    cmd = [sys.executable, __file__, "--child", "--api-base", api_base, "--concurrency", str(c),
+                           "--run-dir", str(work / f"c{c}-{schedule}"), "--games", str(args.games),
+                           "--split", args.split, "--max-steps", str(args.max_steps), "--memory", args.memory,
+                           "--schedule", schedule] + (["--cold"] if args.cold else [])
+                    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                    if out.returncode != 0:
+                        print(out.stderr[-4000:], file=sys.stderr)
+                        return 1
+                    child = json.loads(out.stdout.strip().splitlines()[-1])
+                    stats = _http(base + "/stats")
+                    ideal = stats["latency_total_s"] / c
+                    row[schedule] = {"calls": stats["requests"], "ideal_s": ideal, "wall_s": child["wall_s"],
+                                     "efficiency": ideal / child["wall_s"], "max_in_flight": stats["max_in_flight"],
+                                     "sim": simulate(child["lengths"], c, schedule),
+                                     "staleness": _stats(child["staleness"]), "cpu_s": child["cpu_s"],
+                                     "errored": child["errored"], "wins": child["wins"]}
+                    row["lengths"] = _stats(child["lengths"])
+                    if args.verbose:
+                        print("   ", schedule, json.dumps({k: child[k] for k in ("llm", "faults", "textworld")}),
+                              flush=True)
+            finally:
+                server.terminate()
+                server.wait(timeout=10)
+            row["load_after"] = os.getloadavg()[0]
             rows.append(row)
-            print_row(row, header=len(rows) == 1)
-            if args.verbose:
-                print("   ", json.dumps({k: child[k] for k in ("llm", "faults", "sas_cache", "textworld")}),
-                      flush=True)
+            print_row(row, args.schedules, header=len(rows) == 1)
     finally:
-        server.terminate()
-        server.wait(timeout=10)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     if args.json:
@@ -234,25 +343,33 @@ def run_parent(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_row(r: dict[str, Any], header: bool) -> None:
+def print_row(r: dict[str, Any], schedules: list[str], header: bool) -> None:
     if header:
-        print(f"{'conc':>4} {'episodes':>8} {'calls':>6} {'wall_s':>7} {'ideal_s':>7} {'calls/s':>7} "
-              f"{'effic.':>6} {'inflight':>8} {'cpu_s':>6} {'reset_s':>7} {'step_s':>6} "
-              f"{'tw_held':>7} {'tw_wait':>7} {'load':>9}")
-    tw = r["textworld"]
-    print(f"{r['concurrency']:>4} {r['episodes']:>8} {r['calls']:>6} {r['wall_s']:>7.2f} {r['ideal_s']:>7.2f} "
-          f"{r['calls_per_s']:>7.2f} {r['efficiency']:>6.3f} {r['max_in_flight']:>8} {r['cpu_s']:>6.1f} "
-          f"{tw['reset_s']:>7.2f} {tw['step_s']:>6.2f} {tw['lock_held_s']:>7.2f} {tw['lock_wait_s']:>7.2f} "
-          f"{r['load_before']:>4.2f}/{r['load_after']:<4.2f}", flush=True)
+        cols = "".join(f" | {s + ' eff':>9} {'sim':>5} {'wall_s':>7} {'stale mean/p90/max':>18}" for s in schedules)
+        print(f"{'conc':>4} {'lat_s':>5} {'len mean/med/min/max':>20}{cols} | {'load':>9}")
+    ln = r["lengths"]
+    line = f"{r['concurrency']:>4} {r['latency_s']:>5.2f} " \
+           f"{ln['mean']:>7.1f}/{ln['median']:>4.0f}/{ln['min']:>3}/{ln['max']:>3}"
+    for s in schedules:
+        x = r[s]
+        st = x["staleness"]
+        line += f" | {x['efficiency']:>9.3f} {x['sim']:>5.2f} {x['wall_s']:>7.1f} " \
+                f"{st['mean']:>8.1f}/{st['p90']:>4}/{st['max']:>4}"
+    print(line + f" | {r['load_before']:>4.2f}/{r['load_after']:<4.2f}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--games", type=int, default=32, help="ALFWorld games in the epoch (N)")
-    ap.add_argument("--latency", type=float, default=0.5, help="seconds the server takes per call")
-    ap.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32], help="concurrency levels")
+    ap.add_argument("--games", type=int, default=200, help="ALFWorld games in the epoch (N)")
+    ap.add_argument("--rate", type=float, default=40.0,
+                    help="model calls per second every level asks for: latency per call = c / rate")
+    ap.add_argument("--levels", type=int, nargs="+", default=[8, 32, 64], help="concurrency levels")
+    ap.add_argument("--schedules", nargs="+", default=["batch", "async"], choices=["batch", "async"])
+    ap.add_argument("--lengths", choices=["expert", "fixed"], default="expert",
+                    help="episode lengths: the recorded expert's (mixed with weak tours), or all max steps")
+    ap.add_argument("--expert-share", type=float, default=1.0, help="share of games that follow the expert")
     ap.add_argument("--max-steps", type=int, default=30, help="actions per episode (the paper: 30)")
-    ap.add_argument("--split", default="valid_seen")
+    ap.add_argument("--split", default="valid_train")
     ap.add_argument("--memory", default="none", help="memory config (none, memrl, rag, ...)")
     ap.add_argument("--data-root", type=Path, default=Path(os.environ.get("ALFWORLD_DATA", DEFAULT_DATA)))
     ap.add_argument("--cold", action="store_true", help="empty the game translation cache first")
@@ -264,9 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--api-base", help=argparse.SUPPRESS)
     ap.add_argument("--concurrency", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--run-dir", help=argparse.SUPPRESS)
+    ap.add_argument("--schedule", default="batch", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.games < 1 or any(c < 1 for c in args.levels) or args.latency < 0:
-        ap.error("--games and --levels must be >= 1, --latency >= 0")
+    if args.games < 1 or any(c < 1 for c in args.levels) or args.rate <= 0 or not 0 <= args.expert_share <= 1:
+        ap.error("--games and --levels must be >= 1, --rate > 0, --expert-share in [0, 1]")
     return run_child(args) if args.child else run_parent(args)
 
 

@@ -114,3 +114,19 @@ def test_resume_refuses_a_different_config_but_allows_exempt_keys(tmp_path):
     # how metrics read a 0/0 forgetting epoch changes no result: a run started before the
     # `metrics` node existed, or with the other reading, resumes
     assert check_resume(card, {**config, "metrics": {"forgetting_zero_fail": "skip"}})["config"] == config
+
+
+@pytest.mark.parametrize("preset,width", [("alfworld_paper", 32), ("hle_paper", 32),
+                                          ("llb_os_paper", 5), ("llb_db_paper", 5),
+                                          ("alfworld_official", 32), ("hle_official", 32),
+                                          ("llb_os_official", 5), ("llb_db_official", 5),
+                                          ("bcb_official", 25)])
+def test_paper_presets_run_the_official_batches_with_as_many_model_calls_in_flight(preset, width):
+    """Issue 16: the official code's batch sizes, and a model concurrency that plays them."""
+    with initialize_config_dir(config_dir=CONFIGS, version_base=None):
+        c = compose(config_name="config", overrides=[f"experiment={preset}"])
+    assert (c.runner.schedule, c.runner.batch_size, c.llm.max_concurrency) == ("batch", width, width)
+    with initialize_config_dir(config_dir=CONFIGS, version_base=None):
+        c = compose(config_name="config", overrides=[f"experiment={preset}", "runner.schedule=async",
+                                                     f"runner.max_in_flight={width}"])
+    assert (c.runner.schedule, c.runner.max_in_flight) == ("async", width)

@@ -240,7 +240,10 @@ def test_alfworld_run_with_20_percent_faults_records_everything(tmp_path):
     victim = tasks[1]
     # 20% of calls meet a random fault (every class); on top, the victim's epoch-2 act calls
     # (the only ones with memories *and* its task) fail whatever the retries: an errored
-    # episode that had memories injected.
+    # episode that had memories injected. Memories are shown as episodes (issue 15), so a
+    # batch-mate shown the victim's memory carries its task sentence too and fails the same
+    # way: the error-rate stop (tested in test_run_guards) is lifted here, where the point is
+    # that every fault is recorded.
     plan = FaultPlan.mixed(0.2, seed=1, hang_s=8, retry_after_s=0.05,
                            sticky=[((MEMORY_OPEN, f"Your task is to: {victim.payload['task']}"),
                                     "unavailable")])
@@ -250,7 +253,7 @@ def test_alfworld_run_with_20_percent_faults_records_everything(tmp_path):
                 "memory=memrl", "embedder=hashing", "llm=openai_compatible", "llm.model=openai/fault",
                 f"llm.api_base={server.api_base}", f"llm.api_key_env={KEY_ENV}", "llm.timeout=2",
                 "llm.max_retries=2", "+llm.backoff_base=0.01", "+llm.backoff_max=0.05",
-                f"hydra.run.dir={run_dir}"]
+                "runner.max_error_rate=1.0", f"hydra.run.dir={run_dir}"]
         env = dict(os.environ, ALFWORLD_DATA=str(ALFWORLD), MEMRL_CACHE_DIR=str(cache),
                    HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True",
                    **{KEY_ENV: "not-a-real-key"})
@@ -328,3 +331,28 @@ def test_episode_summary_adds_up_judge_use():
                                 "prompt_tokens": 810, "completion_tokens": 50,
                                 "cost_usd": pytest.approx(0.003)}
     assert "judge" not in episode_summary([unjudged])
+
+
+def test_expert_reply_mode_plays_the_recorded_trajectory_of_the_game_in_the_prompt():
+    """Issue 16 (bench with stragglers): the server answers a real ReAct prompt with the next
+    action of that game's recorded expert, so the episode ends when the expert's did; a game
+    it has no trajectory for, or a step past it, gets the tour."""
+    from memrl.records import Step
+    from memrl_envs.alfworld.prompts import build_prompt, format_task_start
+
+    start = format_task_start(ROOM, "put a mug in the cabinet.")
+    other = format_task_start(ROOM, "heat some egg and put it in the toaster.")
+    expert = {start: ["go to drawer 2", "take mug 1 from drawer 2", "go to cabinet 1"]}
+
+    def ask(server, task_start, actions):
+        history = [Step(action=a, observation="Nothing happens.") for a in actions]
+        prompt = build_prompt(["demo\n> look\nYou see nothing."], [], task_start, history)
+        out = _post(server.api_base + "/chat/completions",
+                    {"model": "fault", "messages": [{"role": "user", "content": prompt}], "stop": ["\n"]})
+        return out["choices"][0]["message"]["content"].strip()
+
+    with FaultServer(expert=expert) as server:
+        assert [ask(server, start, expert[start][:i]) for i in range(3)] == expert[start]
+        assert ask(server, start, expert[start]) == reply_for(
+            [{"role": "user", "content": build_prompt([], [], start, [Step(a, "x") for a in expert[start]])}]).strip()
+        assert ask(server, other, []) == "look"  # not recorded: the tour

@@ -101,8 +101,9 @@ def test_compute_metrics_keys_and_values() -> None:
         "sr", "last", "csr", "csr_curve", "forgetting", "forgetting_mean", "n_tasks", "epochs",
         "n_episodes", "errored_episodes", "tokens", "llm_calls", "missing_cells", "outcomes",
         "outcome_details", "forgetting_zero_fail", "forgetting_zero_fail_epochs",
-        "forgetting_mean_by_reading", "retrieval",
+        "forgetting_mean_by_reading", "retrieval", "staleness",
     }
+    assert m["staleness"] is None  # these records carry none
     assert m["sr"] == pytest.approx([1 / 3, 2 / 3, 2 / 3])
     assert m["last"] == pytest.approx(2 / 3)
     assert m["csr"] == pytest.approx(1.0)
@@ -316,3 +317,16 @@ def test_retrieval_saturation_per_epoch() -> None:
     assert retrieval_by_epoch([r("t0", 1, 0, False)])["1"]["own_only_share"] is None  # no pool at all
     assert retrieval_by_epoch(records_from(S3)) == {}  # modules that record nothing
     assert compute_metrics(recs[:6])["retrieval"] == got
+
+
+def test_staleness_distribution_of_the_records_that_carry_it() -> None:
+    from memrl.metrics import staleness_stats
+
+    recs = records_from(S3)
+    for i, r in enumerate(recs):
+        r.staleness = [0, 1, 2, 3, 0, 31][i % 6] if i != 4 else None  # one old record among them
+    values = sorted(r.staleness for r in recs if r.staleness is not None)
+    st = staleness_stats(recs)
+    assert st["max"] == max(values) and st["mean"] == pytest.approx(sum(values) / len(values))
+    assert sum(st["counts"].values()) == len(values) == len(recs) - 1
+    assert st["counts"]["0"] == values.count(0)

@@ -14,6 +14,8 @@ import pytest
 
 from memrl.errors import ConfigError
 from memrl.plan import expand, expected_max, run_name
+from memrl.records import iter_jsonl
+from memrl.rundir import RunDir
 from memrl.testing.fault_server import FaultPlan, FaultServer
 
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
@@ -66,7 +68,7 @@ def test_the_plan_matches_the_run_it_plans(tmp_path) -> None:
         assert run.returncode == 0, run.stderr[-3000:]
     (planned,) = json.loads((tmp_path / "plan.json").read_text())
     assert planned["tasks"] == 8 and planned["epochs"] == 3
-    records = [json.loads(line) for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
+    records = list(iter_jsonl(RunDir(tmp_path / "run").episodes))
     actual = _sum(records)
     print(f"\nplanned: {planned['requests']} calls, {planned['prompt_tokens']} prompt, "
           f"{planned['completion_tokens']} completion tokens; actual: {actual}")
@@ -74,7 +76,7 @@ def test_the_plan_matches_the_run_it_plans(tmp_path) -> None:
                       (planned["completion_tokens"], actual["completion"])):
         assert abs(got - want) <= 0.25 * want
     # the pilot's answers (its first epoch = the run's first 3 episodes) come from the cache
-    card = json.loads((tmp_path / "run" / "run_card.json").read_text())
+    card = json.loads(RunDir(tmp_path / "run").card.read_text())
     first = [r for r in records if r["epoch"] == 1][:3]
     assert all(r["cache_hits"] == r["llm_calls"] for r in first[:2])  # the empty-bank batch
     assert card["llm_totals"]["cache_hits"] >= sum(r["llm_calls"] for r in first[:2])

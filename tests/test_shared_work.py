@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from memrl.records import iter_jsonl
+from memrl.rundir import RunDir
 from memrl.testing.fault_server import FaultPlan, FaultServer
 
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
@@ -23,7 +25,7 @@ METHODS = ("none", "memrl", "rag", "reflection")
 
 
 def _records(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    return list(iter_jsonl(RunDir(run_dir).episodes))
 
 
 @pytest.mark.slow
@@ -49,7 +51,7 @@ def test_a_sweep_pays_for_the_empty_bank_batch_once(tmp_path):
     assert len(base) == n_tasks and all(r["cache_hits"] == 0 and r["llm_calls"] >= 1 for r in base.values())
     paid = 0
     for method in METHODS:
-        card = json.loads((runs[method] / "run_card.json").read_text())
+        card = json.loads(RunDir(runs[method]).card.read_text())
         totals = card["llm_totals"]
         paid += totals["calls"]
         if method == "none":

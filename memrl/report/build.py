@@ -14,8 +14,9 @@ from memrl.report.readings import readings_markdown
 from memrl.report.runs import find_runs, load_run
 from memrl.report.series import (PARAM_FIGURES, bank_q_by_epoch, injected_q_by_epoch, param_rows,
                                  q_calibration_rows, topk_rows)
-from memrl.report.tables import (comparison_rows, comparisons_markdown, table1_markdown,
-                                 table1_rows, table2_markdown, table2_rows, write_csv)
+from memrl.report.tables import (comparison_rows, comparisons_markdown, staleness_markdown,
+                                 staleness_rows, table1_markdown, table1_rows, table2_markdown,
+                                 table2_rows, write_csv)
 from memrl.runcard import identity_label
 from memrl.rundir import RunDir
 
@@ -64,6 +65,11 @@ def build_report(paths: Sequence[str | Path], out: str | Path, *, n_boot: int = 
         (out / "table2.md").write_text(table2_markdown(t2), encoding="utf-8")
         put("table2.md", out / "table2.md")
         put("table2.csv", write_csv(out / "table2.csv", t2))
+    st = staleness_rows(groups)
+    if st:
+        (out / "staleness.md").write_text(staleness_markdown(st), encoding="utf-8")
+        put("staleness.md", out / "staleness.md")
+        put("staleness.csv", write_csv(out / "staleness.csv", st))
 
     train = [g for g in groups if g.mode != "transfer"]
     for env in sorted({g.env for g in train}):

@@ -198,6 +198,39 @@ def table2_markdown(rows: Sequence[dict[str, Any]]) -> str:
     return head + body
 
 
+def staleness_rows(groups: Sequence[Group]) -> list[dict[str, Any]]:
+    """Per training group: its schedule and how stale its episodes' retrievals were (updates
+    committed between an episode's retrieval and its own; memrl.metrics.staleness_stats over
+    the records of all its seeds). Groups whose records carry no staleness are left out."""
+    from memrl.metrics import staleness_stats
+
+    rows = []
+    for g in groups:
+        if g.mode == "transfer":
+            continue
+        st = staleness_stats([rec for r in g.runs for rec in r.records])
+        if st is None:
+            continue
+        runner = g.runs[0].config.get("runner") or {}
+        rows.append({"benchmark": g.env, "method": g.label, "schedule": runner.get("schedule", "batch"),
+                     "batch_size": runner.get("batch_size"), "max_in_flight": runner.get("max_in_flight"),
+                     "mean": st["mean"], "median": st["median"], "p90": st["p90"], "max": st["max"]})
+    return rows
+
+
+def staleness_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    head = ("# Retrieval staleness\n\n"
+            "Updates committed between an episode's retrieval and its own update (0 for every "
+            "episode is the paper's online loop; batch: an episode's place in its batch; async: "
+            "timing).\n\n")
+    body = markdown_table(
+        ["benchmark", "method", "schedule", "width", "mean", "median", "p90", "max"],
+        [[r["benchmark"], r["method"], r["schedule"],
+          r["batch_size"] if r["schedule"] == "batch" else r["max_in_flight"],
+          f"{r['mean']:.2f}", f"{r['median']:g}", f"{r['p90']:g}", r["max"]] for r in rows])
+    return head + body
+
+
 def write_csv(path: Path, rows: Sequence[dict[str, Any]], fields: Sequence[str] | None = None) -> Path:
     fields = list(fields or (rows[0].keys() if rows else []))
     with open(path, "w", newline="", encoding="utf-8") as fh:

@@ -43,7 +43,9 @@ GET /stats) says what was injected; POST /reset zeroes it.
 
 Normal replies are plausible ALFWorld actions derived from the prompt (look, inventory, go to
 / open the receptacles the room description lists, an occasional think:), so episodes run;
-experience-writer prompts get a short plan or reflection.
+experience-writer prompts get a short plan or reflection. In expert reply mode (`expert=`,
+`--expert FILE`) an ALFWorld game with a recorded expert trajectory gets the expert's next
+action instead, so its episode ends when the expert's did (scripts/bench_throughput.py).
 
 CLI (for benchmarks that keep the server out of the client's process):
     python -m memrl.testing.fault_server --port 8765 --latency 0.5 --fault-rate 0.2
@@ -161,6 +163,33 @@ def reply_for(messages: Sequence[dict[str, Any]]) -> str:
     return "OK."
 
 
+# ----------------------------------------------------------------- expert reply mode
+# `FaultServer(expert=...)` / `--expert FILE`: for an ALFWorld episode whose first
+# observation is in the table, the reply is the next action of that game's recorded expert
+# trajectory (scripts/bench_throughput.py records them once with agent=expert), so the
+# episode ends when the expert's did; other games, and steps past the trajectory, get the
+# fixed tour above. The table maps the episode's first observation (the task start the
+# ReAct prompt shows after "Here is your task.") to the expert's actions.
+def episode_start(prompt: str) -> tuple[str, int]:
+    """(the episode's first observation, how many actions it has taken) of a ReAct prompt."""
+    episode = prompt.rsplit("Here is your task.\n", 1)[-1]
+    lines = episode.split("\n")
+    head: list[str] = []
+    for line in lines:
+        if line.startswith("> ") or line == ">":
+            break
+        head.append(line)
+    return "\n".join(head).strip(), sum(1 for line in lines if line.startswith("> "))
+
+
+def expert_action(prompt: str, trajectories: dict[str, list[str]]) -> str | None:
+    """The recorded expert's next action for this prompt's game, or None (not recorded, or
+    past the end of its trajectory)."""
+    start, step = episode_start(prompt)
+    actions = trajectories.get(start)
+    return actions[step] if actions is not None and step < len(actions) else None
+
+
 def _apply_stop(text: str, stop: Any) -> str:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     cut = len(text)
@@ -245,8 +274,10 @@ class FaultServer:
     """The server, run in a background thread. Use as a context manager or start()/stop()."""
 
     def __init__(self, plan: FaultPlan | None = None, host: str = "127.0.0.1", port: int = 0,
-                 api_key: str | None = None, models: list[dict[str, Any]] | None = None):
+                 api_key: str | None = None, models: list[dict[str, Any]] | None = None,
+                 expert: dict[str, list[str]] | None = None):
         self.plan = plan or FaultPlan()
+        self.expert = {k.strip(): list(v) for k, v in (expert or {}).items()}  # expert reply mode
         self.api_key = api_key
         self.models = list(models) if models is not None else [{"id": "fault", "object": "model"}]
         self._httpd = _HTTPServer((host, port), _Handler)
@@ -396,11 +427,20 @@ class FaultServer:
             elif fault == "no_action":
                 text = NO_ACTION_REPLY
             else:
-                text = _apply_stop(reply_for(messages), body.get("stop"))
+                text = _apply_stop(self._reply(messages), body.get("stop"))
             payload = json.dumps(_completion(body, messages, text)).encode()
             if fault == "truncated_json":
                 payload = payload[: len(payload) // 2]
             h._send(200, payload)
+
+
+    def _reply(self, messages: list[dict[str, Any]]) -> str:
+        last = str(messages[-1].get("content") or "") if messages else ""
+        if self.expert and "Here is your task." in last:
+            action = expert_action(last, self.expert)
+            if action is not None:
+                return " " + action
+        return reply_for(messages)
 
 
 def _fmt_seconds(s: float) -> str:
@@ -436,10 +476,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--retry-after", type=float, default=1.0)
     ap.add_argument("--hang", type=float, default=30.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--expert", help="JSON file {first observation: [expert actions]}: expert reply mode")
     args = ap.parse_args(argv)
     plan = FaultPlan.mixed(args.fault_rate, latency_s=args.latency, retry_after_s=args.retry_after,
                            hang_s=args.hang, seed=args.seed)
-    server = FaultServer(plan, port=args.port).start()
+    expert = json.loads(open(args.expert, encoding="utf-8").read()) if args.expert else None
+    server = FaultServer(plan, port=args.port, expert=expert).start()
     print(json.dumps({"api_base": server.api_base, "port": server.port, "plan": asdict(plan)}), flush=True)
     try:
         while True:
