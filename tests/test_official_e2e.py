@@ -102,7 +102,7 @@ def test_alfworld_official(tmp_path):
 @pytest.mark.skipif(not HLE.is_file(), reason=f"no HLE fixture at {HLE}")
 def test_hle_official(tmp_path):
     out, run_dir = run(["experiment=hle_official", "env=hle", f"env.data_path={HLE}", "env.modality=text",
-                        "env.max_tasks=2", "env.max_tokens=32", "env.judge.backend=local",
+                        "env.max_tasks=2", "env.max_tokens=32", "env.judge.backend=local", "env.judge.model=gemma3-270m-q4_k_m",
                         "env.judge.max_tokens=48"], tmp_path)
     recs = check_official_run(out, run_dir, "hle")
     bank = bank_of(run_dir)
