@@ -28,7 +28,6 @@ checkpoint names the last one). The log and the records together are the run's s
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable

@@ -13,7 +13,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 
 from memrl.llm.base import LLMError, LLMRequest
 from memrl.llm.cache import ResponseCache, request_key

@@ -4,7 +4,6 @@ cannot fit stopping with a `memrl:` configuration error."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time

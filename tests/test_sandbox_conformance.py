@@ -33,7 +33,6 @@ import re
 import select
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
