@@ -70,6 +70,15 @@ class Launch:
                    stats=d.get("stats"))
 
 
+def first_launches(launches: Iterable[Launch], epoch: int) -> dict[str, Launch]:
+    """task id -> its first launch in `epoch` among `launches`."""
+    out: dict[str, Launch] = {}
+    for rec in launches:
+        if rec.epoch == epoch:
+            out.setdefault(rec.task_id, rec)
+    return out
+
+
 class LaunchLog:
     """The launch log of one run directory: read, repaired (a torn last line dropped) and
     appended to by the runner's main thread only."""
@@ -84,11 +93,7 @@ class LaunchLog:
 
     def by_epoch(self, epoch: int) -> dict[str, Launch]:
         """task id -> its launch in `epoch` (the first, if a task was logged twice)."""
-        out: dict[str, Launch] = {}
-        for rec in self.read():
-            if rec.epoch == epoch:
-                out.setdefault(rec.task_id, rec)
-        return out
+        return first_launches(self.read(), epoch)
 
     def repair(self) -> list[Launch]:
         """Rewrite the log without a torn last line (so the next append starts on a line of

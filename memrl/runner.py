@@ -58,7 +58,7 @@ from tqdm import tqdm
 
 from memrl import recovery
 from memrl.guards import BUDGET, FAILED, STORAGE, Gate, RunRefused, RunStopped
-from memrl.launches import Launch, LaunchLog
+from memrl.launches import Launch, LaunchLog, first_launches
 from memrl.live import RunTally, progress_enabled
 from memrl.llm.client import LLMClient
 from memrl.memory.base import LearnItem, MemoryModule
@@ -437,10 +437,7 @@ class Runner:
         for epoch in sorted({int(r["epoch"]) for r in records}):
             order = [str(r["task_id"]) for r in sorted((r for r in records if int(r["epoch"]) == epoch),
                                                           key=lambda r: int(r["batch"]))]
-            logged: dict[str, Launch] = {}
-            for rec in launches:
-                if rec.epoch == epoch:
-                    logged.setdefault(rec.task_id, rec)
+            logged = first_launches(launches, epoch)
             if set(order) != ids or set(logged) != ids:
                 continue  # an epoch the source did not finish (or over other tasks)
             out[epoch] = (sorted(logged.values(), key=lambda rec: rec.launch), order)
