@@ -177,8 +177,12 @@ def test_adaptive_concurrency_keeps_429s_bounded_where_a_fixed_limit_storms(key_
     assert adaptive["over_limit"] <= (64 - LIMIT) + 8 * windows
     assert adaptive["over_limit"] * 2 <= fixed["over_limit"]
     assert totals["limiter"]["decreases"] >= 1 and totals["limiter"]["paused_s"] > 0
-    # bounded wait: no slower than the fixed limiter by more than a window or two
-    assert adaptive_s <= fixed_s + 2.5 * WINDOW_S
+    # bounded wait, without timing the machine (wall seconds swing 2x on a loaded CI box, so
+    # the seconds are printed, and the benchmark figures live in results/plan_and_rate_limits):
+    # the limit comes back to at least the concurrency the server's rate needs, and the shared
+    # Retry-After pauses sum to less than the windows the work itself takes at that rate
+    assert totals["limiter"]["limit"] >= LIMIT * LATENCY_S
+    assert totals["limiter"]["paused_s"] <= windows * WINDOW_S
     paced, paced_totals, paced_s = _storm(adaptive=True, paced=True)
     print(f"paced:    {paced['over_limit']} x 429 for {N_REQUESTS} requests, {paced_s:.1f} s")
     assert paced["over_limit"] <= 3 and paced["ok"] == N_REQUESTS  # a clock edge at most

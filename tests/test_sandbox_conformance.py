@@ -30,7 +30,7 @@ import hashlib
 import json
 import os
 import re
-import select
+import selectors
 import shlex
 import shutil
 import socket
@@ -216,17 +216,39 @@ class Listeners:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
+        self._self_check()
+
+    def _self_check(self) -> None:
+        """The host itself reaches every listener once, so a case that records nothing was
+        measured by listeners that work."""
+        targets = [(socket.AF_INET, ("127.0.0.1", self.port))] + [(socket.AF_UNIX, str(p)) for p in self.unix_paths]
+        targets.append((socket.AF_UNIX, "\0" + self.abstract))
+        for family, address in targets:
+            with socket.socket(family) as c:
+                c.connect(address)
+        deadline = time.monotonic() + 5
+        while len(self.accepted) < len(targets) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(self.accepted) == len(targets), f"host listeners did not answer the host: {self.accepted}"
+        self.accepted.clear()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            ready, _, _ = select.select(list(self.socks), [], [], 0.1)
-            for s in ready:
-                try:
-                    conn, _ = s.accept()
-                    conn.close()
-                    self.accepted.append(self.socks[s])
-                except OSError:
-                    pass
+        # a selector (epoll), not select(): the test process may hold descriptors past 1024
+        with selectors.DefaultSelector() as sel:
+            for s in self.socks:
+                sel.register(s, selectors.EVENT_READ)
+            while not self._stop.is_set():
+                for key, _ in sel.select(0.1):
+                    try:
+                        conn, _ = key.fileobj.accept()
+                        conn.close()
+                        self.accepted.append(self.socks[key.fileobj])
+                    except OSError:
+                        pass
+
+    def assert_listening(self) -> None:
+        """A listener that died would let every case pass unmeasured: fail instead."""
+        assert self._thread.is_alive(), "the host listeners' thread died: connections went unmeasured"
 
     def close(self) -> None:
         self._stop.set()
@@ -646,6 +668,7 @@ def test_hostile_case_is_contained(case, backend, host, monkeypatch):
     for p in found:
         Path(p).unlink(missing_ok=True)
     assert not found, f"files appeared on the host: {found}"
+    host["listeners"].assert_listening()
     assert host["listeners"].accepted == [], f"a host listener was reached: {host['listeners'].accepted}"
     assert host["secret"] not in out.record and host["secret"] not in out.output
     # nothing outlives the case; the host and the harness live
