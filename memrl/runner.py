@@ -26,15 +26,19 @@ the commit boundaries: before a batch, after it is played, and around the commit
 Two schedules (`runner.schedule`):
 
 - `batch` (default): the above. Deterministic: the same command gives the same run.
-- `async`: a free pool of `runner.max_in_flight` episodes per epoch. An episode retrieves
+- `async`: a free pool of `runner.max_in_flight` episodes. An episode retrieves
   against the bank as it is when it starts (its retrieval is appended to the launch log,
   `memrl.launches`, before it starts) and its update is committed, by the protocol above
   with a "batch" of one episode, as soon as it finishes: commits are numbered within the
-  epoch in completion order (the record's `batch`). Epochs are barriers (epoch e+1 starts
-  when epoch e is committed). What an episode retrieves depends on timing, so a fresh async
-  run is not repeatable; it is replayable: after a crash, launched but uncommitted episodes
-  replay with their logged memories, and `runner.replay_from` plays a finished run again
-  from its log in its commit order, checking each retrieval against the log.
+  epoch in completion order (the record's `batch`). Commits never interleave epochs (epoch
+  e+1's wait for epoch e's last), so the checkpoint's (epoch, commit) stays the run's
+  order; but the pool does not drain at an epoch's end: epoch e+1's episodes start in
+  epoch e's drain, a task's once its epoch-e episode is committed (`runner.epoch_overlap`;
+  false, or a transfer run's per-epoch evaluation, makes epochs barriers). What an episode
+  retrieves depends on timing, so a fresh async run is not repeatable; it is replayable:
+  after a crash, launched but uncommitted episodes replay with their logged memories, and
+  `runner.replay_from` plays a finished run again from its log in its launch and commit
+  order, checking each retrieval against the log.
 
 Every training record carries `bank_version` (episode updates in the bank when it retrieved)
 and `staleness` (updates committed between its retrieval and its own): its place in its
@@ -98,6 +102,10 @@ class RunnerSettings(BaseModel):
     # batch, but a result key all the same: one mark per key)
     schedule: Literal["batch", "async"] = "batch"
     max_in_flight: int = Field(8, ge=1, description="async: episodes in flight at once")
+    # async: the next epoch's episodes start during this epoch's drain (a task's next episode
+    # once its previous one is committed; commits stay in epoch order); false: epochs are
+    # barriers. A transfer run's per-epoch evaluation always makes them barriers
+    epoch_overlap: bool = Field(True, description="async: start the next epoch in this one's drain")
     # async only: play a finished async run again from its launch log and commit order
     replay_from: str | None = None
 
@@ -359,9 +367,10 @@ class Runner:
             for epoch in range(1, self.s.epochs + 1):
                 if self.s.schedule == "async":
                     if not ckpt.after(epoch, len(tasks) - 1):
-                        ckpt = self._train_epoch_async(pool, epoch, tasks, source)
-                        if self.on_epoch_end is not None:
-                            self.on_epoch_end(epoch)
+                        # one pool over the remaining epochs (the next starts in this one's
+                        # drain); epoch by epoch when a frozen-bank evaluation follows each
+                        span = [epoch] if eval_batches else list(range(epoch, self.s.epochs + 1))
+                        ckpt = self._train_async(pool, span, tasks, source)
                 else:
                     todo = [b for b in range(len(batches)) if not ckpt.after(epoch, b)]
                     if todo:
@@ -426,62 +435,105 @@ class Runner:
         return Checkpoint(epoch, todo[-1])
 
     # ------------------------------------------------------------ async schedule
-    def _replay_source(self, tasks: Sequence[Task]) -> dict[int, tuple[list[Launch], list[str]]]:
-        """`runner.replay_from`: per epoch, the source run's launches (in launch order) and
-        its commit order (task ids), for the epochs it finished."""
+    def _replay_source(self, tasks: Sequence[Task]) -> tuple[list[Launch], dict[int, list[str]]]:
+        """`runner.replay_from`: the source run's launches of the epochs it finished, in the
+        order it launched them (its log's order, across epochs), and per such epoch its
+        commit order (task ids)."""
         src = RunDir(Path(str(self.s.replay_from)).expanduser())
         launches = LaunchLog(src.launches).read()
         records = recovery.read_records(src.episodes) if src.episodes.exists() else []
         ids = {t.task_id for t in tasks}
-        out: dict[int, tuple[list[Launch], list[str]]] = {}
+        orders: dict[int, list[str]] = {}
+        firsts: dict[tuple[int, str], Launch] = {}
         for epoch in sorted({int(r["epoch"]) for r in records}):
             order = [str(r["task_id"]) for r in sorted((r for r in records if int(r["epoch"]) == epoch),
                                                           key=lambda r: int(r["batch"]))]
             logged = first_launches(launches, epoch)
             if set(order) != ids or set(logged) != ids:
                 continue  # an epoch the source did not finish (or over other tasks)
-            out[epoch] = (sorted(logged.values(), key=lambda rec: rec.launch), order)
-        return out
+            orders[epoch] = order
+            firsts.update(((epoch, tid), rec) for tid, rec in logged.items())
+        plan = [rec for rec in launches if firsts.get((rec.epoch, rec.task_id)) is rec]
+        return plan, orders
 
-    def _train_epoch_async(self, pool: ThreadPoolExecutor, epoch: int, tasks: list[Task],
-                           source: dict[int, tuple[list[Launch], list[str]]] | None) -> Checkpoint:
-        """One epoch of the free pool (module doc). Episodes start in task order, after any
-        launched-but-uncommitted ones of a crashed session (they replay with their logged
-        memories); each commits as soon as it finishes. With `source` (replay_from), the
+    def _train_async(self, pool: ThreadPoolExecutor, epochs: list[int], tasks: list[Task],
+                     source: tuple[list[Launch], dict[int, list[str]]] | None) -> Checkpoint:
+        """The free pool over `epochs` (module doc). Episodes start in (epoch, task) order,
+        after any launched-but-uncommitted ones of a crashed session (they replay with their
+        logged memories); each commits as soon as it finishes and its epoch's turn has come
+        (commits never interleave epochs). With more than one epoch the next epoch's
+        episodes start during this one's drain (`runner.epoch_overlap`): a task's next
+        episode once its previous one is committed. With `source` (replay_from), the
         launches and the commit order are the source run's: an episode starts once the bank
         holds as many updates as when it started there (its retrieval is checked against
         the logged one) and commits at its logged place."""
         total = len(tasks)
         by_id = {t.task_id: t for t in tasks}
-        committed = {str(r["task_id"]) for r in iter_jsonl(self.episodes_path) if int(r["epoch"]) == epoch}
-        position = len(committed)  # the next commit's place in the epoch
-        mine = self.launch_log.by_epoch(epoch)
+        live = set(epochs)
+        done: dict[int, set[str]] = {e: set() for e in epochs}  # committed, per epoch
+        for r in iter_jsonl(self.episodes_path):
+            if int(r["epoch"]) in live:
+                done[int(r["epoch"])].add(str(r["task_id"]))
+        launched = self.launch_log.read()
+        mine: dict[tuple[int, str], Launch] = {}
+        for rec in launched:
+            if rec.epoch in live:
+                mine.setdefault((rec.epoch, rec.task_id), rec)
+        next_launch = {e: 1 + max((rec.launch for (ep, _), rec in mine.items() if ep == e), default=-1)
+                       for e in epochs}
+        order_of = {id(rec): i for i, rec in enumerate(launched)}
+        forced: list[tuple[int, str]] | None = None
         if source is not None:
-            if epoch not in source:
+            plan, orders = source
+            missing = [e for e in epochs if e not in orders]
+            if missing:
                 raise RunRefused(f"runner.replay_from: {self.s.replay_from} has no finished epoch "
-                                 f"{epoch} over these tasks; replay at most the epochs it finished "
+                                 f"{missing[0]} over these tasks; replay at most the epochs it finished "
                                  "(runner.epochs)")
-            plan, forced = source[epoch]
-            queue = [rec for rec in plan if rec.task_id not in committed]
+            forced = [(e, tid) for e in epochs for tid in orders[e] if tid not in done[e]]
+            queue = [rec for rec in plan if rec.epoch in live and rec.task_id not in done[rec.epoch]]
         else:
-            forced = None
-            # a crashed session's in flight first (launch order), then the rest in task order
-            queue = sorted((rec for tid, rec in mine.items() if tid not in committed), key=lambda r: r.launch)
-            queue += [Launch(epoch, t.task_id, -1, -1) for t in tasks
-                      if t.task_id not in committed and t.task_id not in mine]
-        next_launch = max((rec.launch for rec in mine.values()), default=-1) + 1
-        bar = self._progress(total, position, f"epoch {epoch}/{self.s.epochs}")
-        errored = self.tally.epoch(epoch).errored  # committed before (a resumed epoch)
+            # a crashed session's in flight first (launch order), then the rest in (epoch, task) order
+            queue = sorted((rec for cell, rec in mine.items() if cell[1] not in done[cell[0]]),
+                           key=lambda rec: order_of[id(rec)])
+            queue += [Launch(e, t.task_id, -1, -1) for e in epochs for t in tasks
+                      if t.task_id not in done[e] and (e, t.task_id) not in mine]
+        overlap = self.s.epoch_overlap
+        turn = epochs[0]  # the epoch whose episodes commit now
+        while turn in live and len(done[turn]) == total:
+            turn += 1
+        remaining = sum(total - len(done[e]) for e in epochs)
+        span = f"epoch {epochs[0]}/{self.s.epochs}" if len(epochs) == 1 else \
+            f"epochs {epochs[0]}-{epochs[-1]}/{self.s.epochs}"
+        bar = self._progress(total * len(epochs), total * len(epochs) - remaining, span)
+        errored = {e: self.tally.epoch(e).errored for e in epochs}  # committed before (resumed)
         in_flight: dict[Future, Launch] = {}
-        finished: dict[str, tuple[EpisodeRecord, LearnItem, Launch]] = {}
+        running: set[tuple[int, str]] = set()  # launched this session, not yet committed
+        finished: dict[tuple[int, str], tuple[EpisodeRecord, LearnItem, Launch]] = {}
         stop: RunStopped | None = None
+
+        def may_launch(nxt: Launch) -> bool:
+            """A fresh launch: its epoch's turn has come (or overlap lets the next epoch start
+            in this one's drain) and the task's episode of the epoch before is committed."""
+            if (nxt.epoch, nxt.task_id) in mine:
+                return True  # logged by a session that stopped: it replays as it was
+            if nxt.epoch != turn and not (overlap and nxt.epoch == turn + 1):
+                return False
+            return nxt.epoch == turn or nxt.task_id in done[turn]
+
         try:
             while queue or in_flight or finished:
                 while queue and stop is None and len(in_flight) < self.workers:
-                    nxt = queue[0]
-                    logged = mine.get(nxt.task_id)
-                    if source is not None and logged is None and nxt.bank_version > self._version:
-                        break  # it started later in the source run
+                    if source is not None:
+                        i = 0
+                        nxt = queue[0]
+                        if (nxt.epoch, nxt.task_id) not in mine and nxt.bank_version > self._version:
+                            break  # it started later in the source run
+                    else:
+                        i = next((j for j, rec in enumerate(queue) if may_launch(rec)), -1)
+                        if i < 0:
+                            break
+                        nxt = queue[i]
                     try:
                         self.gate.before_batch(len(in_flight) + 1)
                     except RunStopped as exc:
@@ -489,72 +541,90 @@ class Runner:
                             raise
                         stop = exc  # what is in flight is paid for: let it finish and commit
                         break
-                    queue.pop(0)
-                    task = by_id[nxt.task_id]
+                    queue.pop(i)
+                    epoch, task = nxt.epoch, by_id[nxt.task_id]
+                    logged = mine.get((epoch, task.task_id))
                     if logged is not None:  # launched by a session that stopped: replay it
-                        launch = logged
+                        launch, memories = logged, logged.retrieved()
                     else:
                         seed = derive_seed(self.seed, "retrieve", epoch, task.task_id)
                         memories = self._retrieve(task, seed)
                         if source is not None:
                             self._check_replayed(nxt, memories)
                             memories = nxt.retrieved()
-                        launch = Launch.of(epoch, task.task_id, next_launch, self._version, memories)
-                        next_launch += 1
+                        launch = Launch.of(epoch, task.task_id, next_launch[epoch], self._version, memories)
+                        next_launch[epoch] += 1
                         self.launch_log.append(launch)  # before the episode starts
-                        mine[task.task_id] = launch
-                    fut = pool.submit(self._play, epoch, -1, task,
-                                      memories if logged is None and source is None else launch.retrieved())
-                    in_flight[fut] = launch
+                        mine[(epoch, task.task_id)] = launch
+                    in_flight[pool.submit(self._play, epoch, -1, task, memories)] = launch
+                    running.add((epoch, task.task_id))
                 if in_flight:
-                    done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
-                    for fut in sorted(done, key=lambda f: in_flight[f].launch):
+                    ready, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+                    for fut in sorted(ready, key=lambda f: (in_flight[f].epoch, in_flight[f].launch)):
                         launch = in_flight.pop(fut)
                         record, item = fut.result()
-                        finished[launch.task_id] = (record, item, launch)
-                # commit what finished: in completion order, or the source's order
+                        finished[(launch.epoch, launch.task_id)] = (record, item, launch)
+                # commit what finished: the turn's epoch, in completion order or the source's
                 while finished:
                     head = queue[0] if queue else None
-                    if source is not None and head is not None and head.task_id not in mine \
+                    if source is not None and head is not None and (head.epoch, head.task_id) not in mine \
                             and head.bank_version <= self._version:
                         break  # it retrieved before this commit in the source run: launch it first
                     if forced is not None:
-                        tid = forced[position]
-                        if tid not in finished:
+                        cell = forced[0]
+                        if cell not in finished:
                             break
+                        forced.pop(0)
                     else:
-                        tid = next(iter(finished))
-                    record, item, launch = finished.pop(tid)
+                        cell = next((c for c in finished if c[0] == turn), None)
+                        if cell is None:
+                            break  # next epoch's: it waits for this epoch's last commit
+                    record, item, launch = finished.pop(cell)
+                    running.discard(cell)
+                    epoch, tid = cell
+                    position = len(done[epoch])
                     rec = asdict(record)
                     rec.update(batch=position, bank_version=launch.bank_version,
                                staleness=self._version - launch.bank_version)
-                    errored += self.gate.after_batch([rec], epoch=epoch, batch=position,
-                                                     errored_before=errored, epoch_size=total)
+                    errored[epoch] += self.gate.after_batch([rec], epoch=epoch, batch=position,
+                                                            errored_before=errored[epoch], epoch_size=total)
                     update = self.memory.plan([item])
                     mark_written([rec], update)
                     with self.gate.committing():
                         self._commit(epoch, position, update, [rec], memory_texts([item.injected]))
                     self._version += 1
-                    position += 1
+                    done[epoch].add(tid)
                     self.gate.committed_episodes(1)
                     if rec["success"]:
                         self._solved.add(tid)
                     bar.update(1)
                     self._postfix(bar, epoch, in_flight=len(in_flight))
+                    if len(done[epoch]) == total:  # the epoch is complete: its line, its metrics
+                        log.info("%s", self.tally.epoch_line(epoch, self.s.epochs))
+                        turn = epoch + 1
+                        if self.on_epoch_end is not None:
+                            self.on_epoch_end(epoch)
                 if stop is not None and not in_flight:
                     raise stop
-                if forced is not None and not in_flight and (queue or finished):
-                    head = queue[0] if queue else None
-                    can_launch = head is not None and (head.task_id in mine or head.bank_version <= self._version)
-                    if not can_launch and forced[position] not in finished:
-                        raise RunStopped(FAILED, f"runner.replay_from: commit {position} of epoch {epoch} "
-                                                 f"({forced[position]}) cannot be played before the "
-                                                 "commits it depends on: the source run's launch log "
-                                                 "and records disagree")
+                if not in_flight and (queue or finished):
+                    # nothing runs, nothing may launch or commit: a schedule that cannot go on
+                    can_launch = bool(queue) and (
+                        (queue[0].epoch, queue[0].task_id) in mine or queue[0].bank_version <= self._version
+                        if source is not None else any(may_launch(rec) for rec in queue))
+                    can_commit = (forced[0] in finished) if forced else \
+                        any(c[0] == turn for c in finished)
+                    if not can_launch and not can_commit:
+                        what = f"commit of {forced[0][1]} in epoch {forced[0][0]}" if forced else \
+                            f"epoch {turn}"
+                        raise RunStopped(FAILED, f"runner.replay_from: the {what} cannot be played before "
+                                                 "the commits it depends on: the source run's launch log "
+                                                 "and records disagree" if source is not None else
+                                                 f"the async schedule cannot continue {what}: no episode "
+                                                 "can start or commit (a bug: please report it)")
         finally:
             bar.close()
-        log.info("%s", self.tally.epoch_line(epoch, self.s.epochs))
-        return Checkpoint(epoch, total - 1)
+        last = max(e for e in epochs if done[e]) if any(done.values()) else epochs[0]
+        return Checkpoint(last, len(done[last]) - 1)
 
     def _check_replayed(self, logged: Launch, memories: list[RetrievedMemory]) -> None:
         """A replayed launch retrieves what the source run logged, or the replay stops."""

@@ -1,9 +1,11 @@
-"""Throughput of the real stack under stragglers: one ALFWorld epoch over N games against a
-fake model server, batch vs async scheduling side by side at several concurrency levels.
+"""Throughput of the real stack under stragglers: ALFWorld epochs over N games against a
+fake model server, batch vs async scheduling side by side at several concurrency levels
+(`--epochs`: several epochs over the same games).
 
     python scripts/bench_throughput.py                          # 200 games, c = 8 32 64
     python scripts/bench_throughput.py --games 64 --levels 8 32 --rate 30
     python scripts/bench_throughput.py --lengths fixed          # every episode runs max steps
+    python scripts/bench_throughput.py --games 128 --epochs 4 --levels 32   # epochs overlap (async)
 
 Episode lengths (`--lengths`):
 - `expert` (default): the server (memrl.testing.fault_server, expert reply mode) answers with
@@ -15,7 +17,7 @@ Episode lengths (`--lengths`):
   and step limit (`agent=expert memory=none`) and cached under $MEMRL_CACHE_DIR/bench_throughput/.
 - `fixed`: every game gets the tour; every episode runs all `--max-steps` steps.
 
-For each level c and each schedule the epoch runs in a fresh process, exactly as
+For each level c and each schedule the epochs run in a fresh process, exactly as
 `python -m memrl.run` wires it (memory=none unless --memory; response cache off), with
 `llm.max_concurrency=c` and either `runner.schedule=batch runner.batch_size=c` (the official
 code's batches: all c episodes retrieve at batch start, the next batch starts when the
@@ -27,7 +29,8 @@ what a high level measures).
 Printed per level, for both schedules:
     efficiency = ideal / actual,   ideal = (sum of injected latencies) / c
 next to the efficiency a zero-overhead scheduler would reach with the same episode lengths
-in the same order (`sim`: batches of c; a free pool of c with its end-of-epoch drain), the
+in the same order (`sim`: batches of c; a free pool of c whose next epoch starts in this
+one's drain, with the run's end as its only drain), the
 episode-length statistics, and the async run's staleness (commits between an episode's
 retrieval and its own commit). The 1-minute load average is printed with each level.
 
@@ -143,7 +146,7 @@ def run_child(args: argparse.Namespace) -> int:
         f"env.max_steps={args.max_steps}", f"memory={args.memory}", "embedder=hashing",
         "llm=openai_compatible", "llm.model=openai/bench", f"llm.api_base={args.api_base}",
         "llm.api_key_env=BENCH_API_KEY", f"llm.max_concurrency={args.concurrency}",
-        "llm.cache=false", "llm.timeout=120", "runner.epochs=1", f"runner.schedule={args.schedule}",
+        "llm.cache=false", "llm.timeout=120", f"runner.epochs={args.epochs}", f"runner.schedule={args.schedule}",
         f"runner.batch_size={args.concurrency}", f"runner.max_in_flight={args.concurrency}",
         "runner.progress=false", "runner.metrics_every_epoch=false",
     ]
@@ -191,8 +194,10 @@ def run_child(args: argparse.Namespace) -> int:
                       "gc_s": probe.gc, "gc_runs": probe.gcs},
         "sas_cache": {"memory_hits": sas.memory_hits, "disk_hits": sas.disk_hits,
                       "misses": sas.misses} if sas is not None else None,
-        "lengths": [r["steps"] for r in records],  # in task order: the order they launch
-        "order": [r["task_id"] for r in records],
+        "lengths": [r["steps"] for r in records],  # in commit order
+        # per epoch, the episodes' lengths in task order (the order a scheduler offers them)
+        "by_epoch": [[next(r["steps"] for r in records if r["epoch"] == e and r["task_id"] == t.task_id)
+                      for t in tasks] for e in range(1, args.epochs + 1)],
         "staleness": [r["staleness"] for r in records],
     }), flush=True)
     return 0
@@ -245,17 +250,38 @@ def follows_expert(task_id: str, share: float) -> bool:
     return h < share
 
 
-def simulate(lengths: list[int], c: int, schedule: str) -> float:
-    """Efficiency of a zero-overhead scheduler for these episode lengths in this order."""
-    ideal = sum(lengths) / c
+def simulate(by_epoch: list[list[int]], c: int, schedule: str, overlap: bool = True) -> float:
+    """Efficiency of a zero-overhead scheduler for these episode lengths (per epoch, in task
+    order), with the runner's rules: `batch`, batches of c per epoch; `async`, a free pool of
+    c that offers (epoch, task) in order, lets the next epoch start in this one's drain when
+    `overlap` (a task's episode once its previous one has ended) and never a later one."""
+    ideal = sum(map(sum, by_epoch)) / c
     if schedule == "batch":
-        actual = sum(max(lengths[i:i + c]) for i in range(0, len(lengths), c))
-    else:
-        slots = [0.0] * c
-        for n in lengths:
-            heapq.heapreplace(slots, slots[0] + n)
-        actual = max(slots)
-    return ideal / actual if actual else 1.0
+        actual = sum(max(lengths[i:i + c]) for lengths in by_epoch for i in range(0, len(lengths), c))
+        return ideal / actual if actual else 1.0
+    n, epochs = len(by_epoch[0]), len(by_epoch)
+    queue = [(e, i) for e in range(epochs) for i in range(n)]
+    ended: dict[tuple[int, int], float] = {}
+    left = [n] * epochs  # episodes of each epoch not yet ended
+    running: list[tuple[float, int, int]] = []
+    now, turn = 0.0, 0
+
+    def may_start(e: int, i: int) -> bool:
+        return e == turn or (overlap and e == turn + 1 and (e - 1, i) in ended)
+
+    while queue or running:
+        while len(running) < c:
+            j = next((k for k, (e, i) in enumerate(queue) if may_start(e, i)), None)
+            if j is None:
+                break
+            e, i = queue.pop(j)
+            heapq.heappush(running, (now + by_epoch[e][i], e, i))
+        now, e, i = heapq.heappop(running)
+        ended[(e, i)] = now
+        left[e] -= 1
+        while turn < epochs and left[turn] == 0:
+            turn += 1
+    return ideal / now if now else 1.0
 
 
 def _stats(values: list[int]) -> dict[str, float]:
@@ -299,7 +325,7 @@ def run_parent(args: argparse.Namespace) -> int:
             print(f"# expert (recorded on {len(table)} games): solves {solved}/{len(table)} within {args.max_steps} steps; "
                   f"{followed} games follow it (--expert-share {args.expert_share}), the rest tour "
                   "the room to the step limit", flush=True)
-        print(f"# {args.games} ALFWorld games ({args.split}), max {args.max_steps} steps, lengths="
+        print(f"# {args.games} ALFWorld games ({args.split}) x {args.epochs} epoch(s), max {args.max_steps} steps, lengths="
               f"{args.lengths}, latency c/{args.rate:g} s per call, memory={args.memory}, "
               f"{'cold' if args.cold else 'warm'} translation cache; {os.cpu_count()} CPUs", flush=True)
         for c in args.levels:
@@ -312,7 +338,7 @@ def run_parent(args: argparse.Namespace) -> int:
                     cmd = [sys.executable, __file__, "--child", "--api-base", api_base, "--concurrency", str(c),
                            "--run-dir", str(work / f"c{c}-{schedule}"), "--games", str(args.games),
                            "--split", args.split, "--max-steps", str(args.max_steps), "--memory", args.memory,
-                           "--schedule", schedule] + (["--cold"] if args.cold else [])
+                           "--schedule", schedule, "--epochs", str(args.epochs)] + (["--cold"] if args.cold else [])
                     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
                     if out.returncode != 0:
                         print(out.stderr[-4000:], file=sys.stderr)
@@ -322,7 +348,7 @@ def run_parent(args: argparse.Namespace) -> int:
                     ideal = stats["latency_total_s"] / c
                     row[schedule] = {"calls": stats["requests"], "ideal_s": ideal, "wall_s": child["wall_s"],
                                      "efficiency": ideal / child["wall_s"], "max_in_flight": stats["max_in_flight"],
-                                     "sim": simulate(child["lengths"], c, schedule),
+                                     "sim": simulate(child["by_epoch"], c, schedule),
                                      "staleness": _stats(child["staleness"]), "cpu_s": child["cpu_s"],
                                      "errored": child["errored"], "wins": child["wins"]}
                     row["lengths"] = _stats(child["lengths"])
@@ -361,6 +387,8 @@ def print_row(r: dict[str, Any], schedules: list[str], header: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--games", type=int, default=200, help="ALFWorld games in the epoch (N)")
+    ap.add_argument("--epochs", type=int, default=1,
+                    help="epochs over the games (async: the next starts in an epoch's drain)")
     ap.add_argument("--rate", type=float, default=40.0,
                     help="model calls per second every level asks for: latency per call = c / rate")
     ap.add_argument("--levels", type=int, nargs="+", default=[8, 32, 64], help="concurrency levels")
@@ -383,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-dir", help=argparse.SUPPRESS)
     ap.add_argument("--schedule", default="batch", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.games < 1 or any(c < 1 for c in args.levels) or args.rate <= 0 or not 0 <= args.expert_share <= 1:
+    if args.games < 1 or args.epochs < 1 or any(c < 1 for c in args.levels) or args.rate <= 0 or not 0 <= args.expert_share <= 1:
         ap.error("--games and --levels must be >= 1, --rate > 0, --expert-share in [0, 1]")
     return run_child(args) if args.child else run_parent(args)
 

@@ -24,7 +24,7 @@ from tiny_env import INTENTS, TinyEnv, reply
 
 from memrl.embed import HashingEmbedder
 from memrl.guards import RunStopped
-from memrl.launches import LaunchLog
+from memrl.launches import Launch, LaunchLog
 from memrl.llm.cache import ResponseCache
 from memrl.llm.client import LLMClient
 from memrl.llm.scripted import ScriptedBackend
@@ -52,14 +52,16 @@ def jittery(seed: int | None = None):
 
 
 def make_runner(run_dir: Path, *, epochs: int = 2, n_tasks: int = 6, width: int = 3, fn=None,
-                cache: ResponseCache | None = None, replay_from: Path | None = None):
+                cache: ResponseCache | None = None, replay_from: Path | None = None,
+                epoch_overlap: bool = True):
     emb = HashingEmbedder(dim=32)
     memory = MemRLMemory(MemRLSettings(delta=-1.0, k1=4, k2=2), bank_dir=RunDir(run_dir).bank, embedder=emb)
     backend = ScriptedBackend(fn or jittery(), model_id="scripted")
     llm = LLMClient(backend, cache=cache, max_concurrency=width, max_retries=0)
     env = TinyEnv(n_tasks=n_tasks)
     settings = RunnerSettings(epochs=epochs, progress=False, schedule="async", max_in_flight=width,
-                              replay_from=str(replay_from) if replay_from else None)
+                              replay_from=str(replay_from) if replay_from else None,
+                              epoch_overlap=epoch_overlap)
     runner = Runner(run_dir, env=env, memory=memory, llm=llm, settings=settings, seed=5,
                     embed_intents=emb.embed)
     return runner, env, memory, backend
@@ -101,11 +103,12 @@ def test_async_logs_each_retrieval_before_its_episode_and_records_its_staleness(
         assert all(writer_at[m["id"]] < launch.bank_version for m in r.injected)
         writer_at[f"e{r.epoch:03d}:{r.task_id}"] = k
     assert max(r.staleness for r in recs) >= 1 and len(snap) == 12
-    # launch order = task order in a fresh epoch; at most `width` in flight, so a launch sees
-    # every commit but the (width - 1) launched since
+    # launch order = task order in a fresh run's first epoch; the launch numbers count each
+    # epoch's launches in log order
+    mine = sorted((l for l in launches if l.epoch == 1), key=lambda l: l.launch)
+    assert [l.task_id for l in mine] == [f"t{i}" for i in range(6)]
     for e in (1, 2):
-        mine = sorted((l for l in launches if l.epoch == e), key=lambda l: l.launch)
-        assert [l.task_id for l in mine] == [f"t{i}" for i in range(6)]
+        assert [l.launch for l in launches if l.epoch == e] == list(range(6))
     metrics = write_metrics(tmp_path, plots=False)
     st = metrics["staleness"]
     values = sorted(r.staleness for r in recs)
@@ -113,10 +116,55 @@ def test_async_logs_each_retrieval_before_its_episode_and_records_its_staleness(
     assert sum(st["counts"].values()) == 12
 
 
+def straggler(slow: str = INTENTS[0], pause: float = 0.3):
+    """`reply`, after a long pause for one task's prompts and a short one for the others'."""
+    def fn(request):
+        time.sleep(pause if slow in request.messages[-1][1] else 0.01)
+        return reply(request)
+    return fn
+
+
+def schedule_facts(run_dir: Path, n_tasks: int, width: int) -> list[Launch]:
+    """Checks every async run obeys, from its log and records; returns its launches."""
+    rd = RunDir(run_dir)
+    recs = read_episodes(rd.episodes)
+    launches = LaunchLog(rd.launches).read()
+    assert [r.epoch for r in recs] == sorted(r.epoch for r in recs)  # commits never interleave epochs
+    commit_at = {(r.epoch, r.task_id): k for k, r in enumerate(recs)}
+    for k, l in enumerate(launches):
+        if l.epoch == 1:  # at most `width` in flight: the launches before it less the commits it
+            assert k - l.bank_version < width  # saw (in epoch 1 whatever finished is committed)
+        else:  # a task's next episode starts once its previous one is committed
+            assert commit_at[(l.epoch - 1, l.task_id)] < l.bank_version
+    return launches
+
+
+def test_the_next_epoch_starts_in_this_ones_drain_and_commits_after_it(tmp_path):
+    """One slow task (a straggler) per epoch: the other tasks' next episodes start while it
+    runs, its own next episode only once it is committed; with epoch_overlap=false every
+    epoch waits for the last of the one before."""
+    n, width = 6, 3
+    play(tmp_path / "overlap", fn=straggler(), epochs=3, n_tasks=n, width=width)
+    launches = schedule_facts(tmp_path / "overlap", n, width)
+    early = [l for l in launches if l.epoch > 1 and l.bank_version < (l.epoch - 1) * n]
+    assert early, "no episode started in an epoch's drain"
+    recs = read_episodes(RunDir(tmp_path / "overlap").episodes)
+    assert sorted((r.epoch, r.task_id) for r in recs) == sorted((e, f"t{i}") for e in (1, 2, 3) for i in range(n))
+    for l in early:  # it retrieved before the epoch it follows was complete: that is its staleness
+        r = next(r for r in recs if (r.epoch, r.task_id) == (l.epoch, l.task_id))
+        assert r.bank_version == l.bank_version and r.staleness >= (l.epoch - 1) * n - l.bank_version
+    play(tmp_path / "barrier", fn=straggler(), epochs=3, n_tasks=n, width=width, epoch_overlap=False)
+    launches = schedule_facts(tmp_path / "barrier", n, width)
+    assert all(l.bank_version >= (l.epoch - 1) * n for l in launches)
+    assert all(k - l.bank_version < width for k, l in enumerate(launches))  # nothing waits to commit
+
+
 def test_a_replay_of_a_finished_async_run_reproduces_it_exactly(tmp_path):
     cache = tmp_path / "llm.sqlite"
     snap, first = play(tmp_path / "a", fn=jittery(seed=1), cache=ResponseCache(cache), epochs=3)
     assert first.calls > 0
+    source = schedule_facts(tmp_path / "a", 6, 3)
+    assert any(l.bank_version < (l.epoch - 1) * 6 for l in source)  # epochs overlapped there
     # the replay: its own directory, the source's launch log and commit order, the same cache
     replayed, backend = play(tmp_path / "b", fn=jittery(seed=2), cache=ResponseCache(cache), epochs=3,
                              replay_from=tmp_path / "a")
@@ -169,6 +217,40 @@ def test_a_fatal_model_error_stops_an_async_run_and_its_episodes_replay_on_resum
     assert t3.bank_version == logged["t3"].bank_version  # replayed with its logged retrieval
     assert [m["id"] for m in t3.injected] == [m["memory_id"] for m in logged["t3"].memories]
     assert len(LaunchLog(rd.launches).read()) == 8  # one launch per episode, none twice
+
+
+def test_a_stop_in_an_epochs_drain_resumes_with_the_next_epochs_launches_replayed(tmp_path):
+    """The straggler of epoch 1 fails for good (a revoked key) while epoch 2's episodes of the
+    other tasks have started: nothing of epoch 2 is committed before epoch 1's end, and the
+    same command then plays every launched episode once, with its logged retrieval."""
+    import litellm
+
+    def failing(request):
+        if INTENTS[0] in request.messages[-1][1]:
+            time.sleep(0.3)
+            raise litellm.AuthenticationError("invalid key", llm_provider="openai", model="m")
+        time.sleep(0.01)
+        return reply(request)
+
+    with pytest.raises(RunStopped) as info:
+        play(tmp_path, fn=failing, epochs=2, n_tasks=6, width=3)
+    assert info.value.status == "failed"
+    rd = RunDir(tmp_path)
+    before = read_episodes(rd.episodes)
+    assert {r.epoch for r in before} == {1} and "t0" not in {r.task_id for r in before}
+    logged = {(l.epoch, l.task_id): l for l in LaunchLog(rd.launches).read()}
+    assert any(e == 2 for e, _ in logged), "no episode of epoch 2 started in epoch 1's drain"
+    play(tmp_path, fn=straggler(), epochs=2, n_tasks=6, width=3)
+    recs = read_episodes(rd.episodes)
+    assert recs[:len(before)] == before  # what was committed stays
+    assert sorted((r.epoch, r.task_id) for r in recs) == sorted((e, f"t{i}") for e in (1, 2) for i in range(6))
+    for r in recs:
+        if (r.epoch, r.task_id) in logged:  # launched before the stop: replayed as logged
+            l = logged[(r.epoch, r.task_id)]
+            assert r.bank_version == l.bank_version
+            assert [m["id"] for m in r.injected] == [m["memory_id"] for m in l.memories]
+    assert len(LaunchLog(rd.launches).read()) == 12  # one launch per episode, none twice
+    schedule_facts(tmp_path, 6, 3)
 
 
 ASYNC = ["runner.schedule=async", "runner.max_in_flight=2"]
