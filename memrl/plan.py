@@ -206,6 +206,15 @@ def expected_max(sample: Sequence[int], k: int) -> float:
     return sum(x * ((i / n) ** k - ((i - 1) / n) ** k) for i, x in enumerate(xs, 1))
 
 
+def pool_calls(episodes: int, calls: float, sample: Sequence[int], width: int, drains: int) -> float:
+    """Model calls in series that a free pool of `width` episodes needs for `episodes`
+    episodes of `calls` calls on average (`sample`: calls per episode): the work spread over
+    the slots, plus per drain what the longest of the last `width` episodes adds beyond the
+    half of an average one that each slot has left on average when the queue runs dry."""
+    drain = max(0.0, expected_max(sample, width) - calls / 2) if sample else 0.0
+    return episodes * calls / width + drains * drain
+
+
 def price_per_token(llm: Any) -> tuple[float, float] | None:
     """(prompt, completion) USD per token from litellm's price list, None if it does not know."""
     if llm.backend != "litellm" or not llm.model:
@@ -257,7 +266,10 @@ def estimate(name: str, v: Any, n_tasks: int, ev: Evidence, *, chars_per_token: 
     if schedule == "async":
         conc = min(conc_cap, int(getattr(r, "max_in_flight", conc_cap)))
         if spc is not None:
-            wall = E * N * ev.calls * spc / conc
+            # one drain at the run's end when epochs overlap; one per epoch when they are
+            # barriers (runner.epoch_overlap=false, or a transfer run's evaluations)
+            barriers = not getattr(r, "epoch_overlap", True) or getattr(r, "mode", "train") == "transfer"
+            wall = pool_calls(E * N, ev.calls, ev.calls_sample, min(conc, N), E if barriers else 1) * spc
     else:
         conc = min(B, conc_cap)
         if spc is not None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from memrl.errors import ConfigError
-from memrl.plan import expand, expected_max, run_name
+from memrl.plan import expand, expected_max, pool_calls, run_name
 from memrl.records import iter_jsonl
 from memrl.rundir import RunDir
 from memrl.testing.fault_server import FaultPlan, FaultServer
@@ -38,6 +38,28 @@ def test_the_longest_of_a_batch() -> None:
     assert expected_max([1, 3], 1) == 2  # one draw: the mean
     assert abs(expected_max([1, 3], 2) - (1 * 0.25 + 3 * 0.75)) < 1e-9
     assert expected_max([6, 10, 30], 32) > 29.9  # a batch of 32 waits for its straggler
+
+
+def test_the_pool_estimate_follows_a_simulated_pool() -> None:
+    """plan.pool_calls against the zero-overhead pool of scripts/bench_throughput.py, on
+    straggler-like lengths (most games run to 30 calls, the others end after 4-29)."""
+    import importlib.util
+    import random
+
+    spec = importlib.util.spec_from_file_location("bench_throughput", Path(__file__).resolve().parents[1]
+                                                  / "scripts" / "bench_throughput.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rng = random.Random(3)
+    lengths = [30 if rng.random() < 0.6 else rng.randint(4, 29) for _ in range(128)]
+    mean = sum(lengths) / len(lengths)
+    for epochs, overlap in ((1, True), (4, True), (4, False)):
+        for width in (8, 32):
+            sim = bench.simulate([lengths] * epochs, width, "async", overlap=overlap)
+            est = pool_calls(epochs * 128, mean, lengths, width, 1 if overlap else epochs)
+            simulated = epochs * sum(lengths) / width / sim  # the simulated pool's calls in series
+            assert est == pytest.approx(simulated, rel=0.06), (epochs, overlap, width)
+    assert pool_calls(10, 3.0, [], 2, 1) == 15  # no sample: the work over the slots
 
 
 def _sum(records: list[dict]) -> dict[str, int]:
