@@ -7,7 +7,9 @@ is appended (fsync) to `state/launches.jsonl` (`memrl.rundir.RunDir.launches`):
 
     {"epoch": 2, "task_id": "t17", "launch": 5, "bank_version": 41, "memories": [...]}
 
-- `launch`: the episode's place in its epoch's launch order (0, 1, ...);
+- `launch`: the episode's place in its epoch's launch order (0, 1, ...); the log's own order
+  is the run's launch order across epochs (the next epoch's episodes start during an
+  epoch's drain, `runner.epoch_overlap`);
 - `bank_version`: how many episode updates the bank held when the episode retrieved (the
   run's committed training episodes, all epochs); the episode's own commit comes later, and
   its staleness is the number of commits in between (recorded with the episode);
@@ -90,10 +92,6 @@ class LaunchLog:
         """Every launch logged (a torn last line, from a crash mid-append, is left out; a bad
         line elsewhere raises ValueError)."""
         return [Launch.from_dict(d) for d in iter_jsonl(self.path)]
-
-    def by_epoch(self, epoch: int) -> dict[str, Launch]:
-        """task id -> its launch in `epoch` (the first, if a task was logged twice)."""
-        return first_launches(self.read(), epoch)
 
     def repair(self) -> list[Launch]:
         """Rewrite the log without a torn last line (so the next append starts on a line of
