@@ -131,9 +131,9 @@ gold-os: rootfs
 # MemRL and every baseline, one multirun per benchmark, then one report over both.
 LLB_METHODS ?= $(ALFWORLD_METHODS)
 reproduce-llb: rootfs
-	$(PY) -m memrl.plan --confirm -m experiment=llb_os_paper memory=$(LLB_METHODS)
+	$(PY) -m memrl.plan -m experiment=llb_os_paper memory=$(LLB_METHODS)
+	$(PY) -m memrl.plan --confirm -m experiment=llb_db_paper memory=$(LLB_METHODS)  # one question for both plans
 	$(PY) -m memrl.run -m experiment=llb_os_paper memory=$(LLB_METHODS) hydra.sweep.dir=multirun/llb_os_paper
-	$(PY) -m memrl.plan --confirm -m experiment=llb_db_paper memory=$(LLB_METHODS)
 	$(PY) -m memrl.run -m experiment=llb_db_paper memory=$(LLB_METHODS) hydra.sweep.dir=multirun/llb_db_paper
 	$(PY) scripts/report.py multirun/llb_os_paper multirun/llb_db_paper --out results/llb_paper
 
