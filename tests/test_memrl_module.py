@@ -210,3 +210,33 @@ def test_q_min_drops_low_utility_memories_after_the_pool_statistics(tmp_path):
     got = mem.retrieve(T1)
     assert got.stats.pool == 2  # both were in the pool
     assert [m.memory_id for m in got] == ["e001:d/4"]  # the Q = -0.9 memory left it
+
+
+def _open_under(folder) -> list[str]:
+    import os
+
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(folder)):
+            out.append(target)
+    return out
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_closing_a_banked_module_releases_its_bank_files(tmp_path, frozen):
+    """Runs one after another in one process (a Hydra sweep's basic launcher) must not keep
+    every earlier bank's database and index open: close() releases them."""
+    from memrl.memory.base import FrozenMemory
+
+    mem = make(tmp_path, delta=0.0)
+    mem.learn([item(T1, True), item(T3, False)])
+    mem = FrozenMemory(mem) if frozen else mem
+    assert mem.retrieve(T2)  # the bank is in use: its files are open
+    bank = RunDir(tmp_path).bank
+    assert _open_under(bank)
+    mem.close()
+    assert _open_under(bank) == []

@@ -7,6 +7,8 @@ used (it would download a model): every add and query passes explicit embeddings
 
 from __future__ import annotations
 
+import gc
+
 import json
 import os
 from pathlib import Path
@@ -242,10 +244,17 @@ class ChromaBank:
                 self.col.update(ids=ids, metadatas=metas)
 
     def close(self) -> None:
-        """Release the client (an embedded bank's files are closed once no client uses them)."""
-        close = getattr(self.client, "close", None)
+        """Release the client. Chroma's close() stops its system (the index files), but its
+        SQLite connection goes only with the last reference to the client's objects, some of
+        them in cycles: they are dropped and collected here, so an embedded bank's files are
+        all closed when this returns. The bank is unusable after it."""
+        client = self.__dict__.pop("client", None)
+        close = getattr(client, "close", None)
         if callable(close):
             close()
+        self.__dict__.pop("col", None)
+        del client, close
+        gc.collect()
 
     def export_jsonl(self, path: str | Path) -> int:
         n = 0

@@ -211,6 +211,11 @@ class BankedMemory(EntryMemory):
                 self.bank, bank_dir, settings.bank.init_from, embedder,
                 init_q=settings.bank.init_q, q_init=float(getattr(settings, "q_init", 0.0)))
 
+    def close(self) -> None:
+        """Release the bank's client (its files and index), so that runs one after another
+        in one process (a Hydra sweep) do not keep every earlier bank open."""
+        self.bank.close()
+
     def setup(self, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
         facts = self.prepare(tasks, seed)
         return {**facts, "bank": dict(self.bank_facts)} if self.bank_facts else facts
