@@ -266,10 +266,8 @@ def estimate(name: str, v: Any, n_tasks: int, ev: Evidence, *, chars_per_token: 
     if schedule == "async":
         conc = min(conc_cap, int(getattr(r, "max_in_flight", conc_cap)))
         if spc is not None:
-            # one drain at the run's end when epochs overlap; one per epoch when they are
-            # barriers (runner.epoch_overlap=false, or a transfer run's evaluations)
-            barriers = not getattr(r, "epoch_overlap", True) or getattr(r, "mode", "train") == "transfer"
-            wall = pool_calls(E * N, ev.calls, ev.calls_sample, min(conc, N), E if barriers else 1) * spc
+            # one drain at the run's end when epochs overlap; one per epoch at barriers
+            wall = pool_calls(E * N, ev.calls, ev.calls_sample, min(conc, N), E if r.async_barriers else 1) * spc
     else:
         conc = min(B, conc_cap)
         if spc is not None:

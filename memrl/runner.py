@@ -121,6 +121,12 @@ class RunnerSettings(BaseModel):
                                  f"({RunDir.STATE}/{RunDir.LAUNCHES}): not an async run directory")
         return self
 
+    @property
+    def async_barriers(self) -> bool:
+        """Whether an async run's epochs are barriers: overlap off, or a transfer run (its
+        frozen-bank evaluation follows each epoch)."""
+        return not self.epoch_overlap or self.mode == "transfer"
+
 
 @dataclass
 class Checkpoint:
@@ -368,8 +374,9 @@ class Runner:
                 if self.s.schedule == "async":
                     if not ckpt.after(epoch, len(tasks) - 1):
                         # one pool over the remaining epochs (the next starts in this one's
-                        # drain); epoch by epoch when a frozen-bank evaluation follows each
-                        span = [epoch] if eval_batches else list(range(epoch, self.s.epochs + 1))
+                        # drain); epoch by epoch when they are barriers
+                        barriers = self.s.async_barriers or bool(eval_batches)
+                        span = [epoch] if barriers else list(range(epoch, self.s.epochs + 1))
                         ckpt = self._train_async(pool, span, tasks, source)
                 else:
                     todo = [b for b in range(len(batches)) if not ckpt.after(epoch, b)]
@@ -474,14 +481,12 @@ class Runner:
         for r in iter_jsonl(self.episodes_path):
             if int(r["epoch"]) in live:
                 done[int(r["epoch"])].add(str(r["task_id"]))
-        launched = self.launch_log.read()
-        mine: dict[tuple[int, str], Launch] = {}
-        for rec in launched:
+        mine: dict[tuple[int, str], Launch] = {}  # in log order
+        for rec in self.launch_log.read():
             if rec.epoch in live:
                 mine.setdefault((rec.epoch, rec.task_id), rec)
         next_launch = {e: 1 + max((rec.launch for (ep, _), rec in mine.items() if ep == e), default=-1)
                        for e in epochs}
-        order_of = {id(rec): i for i, rec in enumerate(launched)}
         forced: list[tuple[int, str]] | None = None
         if source is not None:
             plan, orders = source
@@ -493,12 +498,11 @@ class Runner:
             forced = [(e, tid) for e in epochs for tid in orders[e] if tid not in done[e]]
             queue = [rec for rec in plan if rec.epoch in live and rec.task_id not in done[rec.epoch]]
         else:
-            # a crashed session's in flight first (launch order), then the rest in (epoch, task) order
-            queue = sorted((rec for cell, rec in mine.items() if cell[1] not in done[cell[0]]),
-                           key=lambda rec: order_of[id(rec)])
+            # a crashed session's in flight first (`mine` is in log order), then the rest in
+            # (epoch, task) order
+            queue = [rec for cell, rec in mine.items() if cell[1] not in done[cell[0]]]
             queue += [Launch(e, t.task_id, -1, -1) for e in epochs for t in tasks
                       if t.task_id not in done[e] and (e, t.task_id) not in mine]
-        overlap = self.s.epoch_overlap
         turn = epochs[0]  # the epoch whose episodes commit now
         while turn in live and len(done[turn]) == total:
             turn += 1
@@ -508,32 +512,35 @@ class Runner:
         bar = self._progress(total * len(epochs), total * len(epochs) - remaining, span)
         errored = {e: self.tally.epoch(e).errored for e in epochs}  # committed before (resumed)
         in_flight: dict[Future, Launch] = {}
-        running: set[tuple[int, str]] = set()  # launched this session, not yet committed
         finished: dict[tuple[int, str], tuple[EpisodeRecord, LearnItem, Launch]] = {}
         stop: RunStopped | None = None
 
         def may_launch(nxt: Launch) -> bool:
-            """A fresh launch: its epoch's turn has come (or overlap lets the next epoch start
-            in this one's drain) and the task's episode of the epoch before is committed."""
+            """Logged by a session that stopped (it replays as it was); or, with the source,
+            the bank holds what it held when the source launched it; else its epoch's turn has
+            come, or overlap lets it start in this epoch's drain once the task's episode of
+            this epoch is committed."""
             if (nxt.epoch, nxt.task_id) in mine:
-                return True  # logged by a session that stopped: it replays as it was
-            if nxt.epoch != turn and not (overlap and nxt.epoch == turn + 1):
-                return False
-            return nxt.epoch == turn or nxt.task_id in done[turn]
+                return True
+            if source is not None:
+                return nxt.bank_version <= self._version
+            return nxt.epoch == turn or (self.s.epoch_overlap and nxt.epoch == turn + 1
+                                         and nxt.task_id in done[turn])
+
+        def next_launch_at() -> int:
+            """The queue index of the next episode to start, -1 for none now (a replay keeps
+            the source's launch order)."""
+            if source is not None:
+                return 0 if queue and may_launch(queue[0]) else -1
+            return next((j for j, rec in enumerate(queue) if may_launch(rec)), -1)
 
         try:
             while queue or in_flight or finished:
                 while queue and stop is None and len(in_flight) < self.workers:
-                    if source is not None:
-                        i = 0
-                        nxt = queue[0]
-                        if (nxt.epoch, nxt.task_id) not in mine and nxt.bank_version > self._version:
-                            break  # it started later in the source run
-                    else:
-                        i = next((j for j, rec in enumerate(queue) if may_launch(rec)), -1)
-                        if i < 0:
-                            break
-                        nxt = queue[i]
+                    i = next_launch_at()
+                    if i < 0:
+                        break
+                    nxt = queue[i]
                     try:
                         self.gate.before_batch(len(in_flight) + 1)
                     except RunStopped as exc:
@@ -557,7 +564,6 @@ class Runner:
                         self.launch_log.append(launch)  # before the episode starts
                         mine[(epoch, task.task_id)] = launch
                     in_flight[pool.submit(self._play, epoch, -1, task, memories)] = launch
-                    running.add((epoch, task.task_id))
                 if in_flight:
                     ready, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
                     for fut in sorted(ready, key=lambda f: (in_flight[f].epoch, in_flight[f].launch)):
@@ -580,7 +586,6 @@ class Runner:
                         if cell is None:
                             break  # next epoch's: it waits for this epoch's last commit
                     record, item, launch = finished.pop(cell)
-                    running.discard(cell)
                     epoch, tid = cell
                     position = len(done[epoch])
                     rec = asdict(record)
@@ -606,25 +611,19 @@ class Runner:
                             self.on_epoch_end(epoch)
                 if stop is not None and not in_flight:
                     raise stop
-                if not in_flight and (queue or finished):
-                    # nothing runs, nothing may launch or commit: a schedule that cannot go on
-                    can_launch = bool(queue) and (
-                        (queue[0].epoch, queue[0].task_id) in mine or queue[0].bank_version <= self._version
-                        if source is not None else any(may_launch(rec) for rec in queue))
-                    can_commit = (forced[0] in finished) if forced else \
-                        any(c[0] == turn for c in finished)
-                    if not can_launch and not can_commit:
-                        what = f"commit of {forced[0][1]} in epoch {forced[0][0]}" if forced else \
-                            f"epoch {turn}"
-                        raise RunStopped(FAILED, f"runner.replay_from: the {what} cannot be played before "
-                                                 "the commits it depends on: the source run's launch log "
-                                                 "and records disagree" if source is not None else
-                                                 f"the async schedule cannot continue {what}: no episode "
-                                                 "can start or commit (a bug: please report it)")
+                if not in_flight and (queue or finished) and next_launch_at() < 0:
+                    # nothing runs, nothing may start or commit: a schedule that cannot go on
+                    if forced and forced[0] not in finished:
+                        raise RunStopped(FAILED, f"runner.replay_from: the commit of {forced[0][1]} in "
+                                                 f"epoch {forced[0][0]} cannot be played before the "
+                                                 "commits it depends on: the source run's launch log "
+                                                 "and records disagree")
+                    if not forced and not any(c[0] == turn for c in finished):
+                        raise RunStopped(FAILED, f"the async schedule cannot continue epoch {turn}: no "
+                                                 "episode can start or commit (a bug: please report it)")
         finally:
             bar.close()
-        last = max(e for e in epochs if done[e]) if any(done.values()) else epochs[0]
-        return Checkpoint(last, len(done[last]) - 1)
+        return Checkpoint(epochs[-1], total - 1)  # the loop ends with every epoch committed
 
     def _check_replayed(self, logged: Launch, memories: list[RetrievedMemory]) -> None:
         """A replayed launch retrieves what the source run logged, or the replay stops."""

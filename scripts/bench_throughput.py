@@ -184,6 +184,7 @@ def run_child(args: argparse.Namespace) -> int:
     objs.env.close()
     objs.memory.close()
     records = [json.loads(line) for line in RunDir(run_dir).episodes.read_text().splitlines()]
+    steps = {(r["epoch"], r["task_id"]): r["steps"] for r in records}
     sas = speedups.sas_cache()
     print(json.dumps({
         "wall_s": wall, "cpu_s": cpu, "episodes": len(records),
@@ -196,8 +197,7 @@ def run_child(args: argparse.Namespace) -> int:
                       "misses": sas.misses} if sas is not None else None,
         "lengths": [r["steps"] for r in records],  # in commit order
         # per epoch, the episodes' lengths in task order (the order a scheduler offers them)
-        "by_epoch": [[next(r["steps"] for r in records if r["epoch"] == e and r["task_id"] == t.task_id)
-                      for t in tasks] for e in range(1, args.epochs + 1)],
+        "by_epoch": [[steps[(e, t.task_id)] for t in tasks] for e in range(1, args.epochs + 1)],
         "staleness": [r["staleness"] for r in records],
     }), flush=True)
     return 0

@@ -8,7 +8,6 @@ used (it would download a model): every add and query passes explicit embeddings
 from __future__ import annotations
 
 import gc
-
 import json
 import os
 from pathlib import Path
