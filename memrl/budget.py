@@ -24,23 +24,33 @@ from typing import Any, Callable, Iterable, Mapping
 
 @dataclass(frozen=True)
 class Spend:
+    """What was paid: USD and tokens, and how many paid calls had no known price (their
+    USD is unknown: `usd` is then a lower bound, never the whole spend)."""
+
     usd: float = 0.0
     tokens: int = 0
+    unpriced_calls: int = 0
 
     def __add__(self, other: "Spend") -> "Spend":
-        return Spend(self.usd + other.usd, self.tokens + other.tokens)
+        return Spend(self.usd + other.usd, self.tokens + other.tokens,
+                     self.unpriced_calls + other.unpriced_calls)
 
     def __sub__(self, other: "Spend") -> "Spend":
-        return Spend(self.usd - other.usd, self.tokens - other.tokens)
+        return Spend(self.usd - other.usd, self.tokens - other.tokens,
+                     self.unpriced_calls - other.unpriced_calls)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"usd": round(self.usd, 6), "tokens": int(self.tokens)}
+        out: dict[str, Any] = {"usd": round(self.usd, 6), "tokens": int(self.tokens)}
+        if self.unpriced_calls:
+            out["unpriced_calls"] = int(self.unpriced_calls)
+        return out
 
 
 def spend_of_totals(totals: Mapping[str, Any]) -> Spend:
     """Spend in an LLM client's `totals()` (or a run card's `llm` section)."""
     return Spend(usd=float(totals.get("cost_usd", 0.0) or 0.0),
-                 tokens=int(totals.get("prompt_tokens", 0) or 0) + int(totals.get("completion_tokens", 0) or 0))
+                 tokens=int(totals.get("prompt_tokens", 0) or 0) + int(totals.get("completion_tokens", 0) or 0),
+                 unpriced_calls=int(totals.get("unpriced_calls", 0) or 0))
 
 
 def clients_spend(clients: Iterable[Any]) -> Spend:
@@ -59,7 +69,8 @@ def sessions_spend(sessions: Iterable[Mapping[str, Any]]) -> Spend:
     total = Spend()
     for s in sessions:
         if isinstance(s.get("spend"), Mapping):
-            total = total + Spend(float(s["spend"].get("usd", 0.0)), int(s["spend"].get("tokens", 0)))
+            total = total + Spend(float(s["spend"].get("usd", 0.0)), int(s["spend"].get("tokens", 0)),
+                                  int(s["spend"].get("unpriced_calls", 0)))
         elif isinstance(s.get("llm"), Mapping):
             total = total + spend_of_totals(s["llm"])
     return total
@@ -97,7 +108,8 @@ class Budget:
 def describe(spend: Spend, budget: Budget) -> str:
     usd = f"${spend.usd:.4f}" + (f" of ${budget.usd:g}" if budget.usd is not None else "")
     tok = f"{spend.tokens:,} tokens" + (f" of {budget.tokens:,}" if budget.tokens is not None else "")
-    return f"{usd}, {tok}"
+    unpriced = f" (+ {spend.unpriced_calls:,} unpriced calls)" if spend.unpriced_calls else ""
+    return f"{usd}{unpriced}, {tok}"
 
 
 class BudgetMeter:

@@ -102,6 +102,22 @@ class ModelSettings(ModelService):
     # are the same as without (memrl.llm.local); false = evaluate every prompt from scratch
     reuse_prefix: bool = no_effect(True)
     prefix_block: int = no_effect(64, ge=1)
+    # --- what the model is (memrl.llm.profile) ---------------------------------------------
+    # a reasoning model spends hidden tokens from each call's completion budget; null = what
+    # litellm's model list says (false for the embedded models)
+    reasoning: bool | None = None
+    # sent to the provider only when set; null = the provider's default (OpenAI: medium)
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    # tokens added to every call's answer budget on a reasoning model; null = by effort
+    # (memrl.llm.profile.REASONING_HEADROOM); 0 = the budgets are totals (the official presets)
+    reasoning_headroom: int | None = Field(None, ge=0)
+    # the most the model may write in one reply (a reasoning budget is capped there); null = litellm's
+    max_output_tokens: int | None = Field(None, ge=1)
+    # prices by hand, USD per million tokens, for a model litellm cannot price (null = litellm's
+    # list); a model priced by neither is recorded as unpriced, never as $0
+    price_per_mtok_in: float | None = no_effect(None, ge=0.0)
+    price_per_mtok_cached_in: float | None = no_effect(None, ge=0.0)
+    price_per_mtok_out: float | None = no_effect(None, ge=0.0)
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSettings":
@@ -114,6 +130,11 @@ class ModelSettings(ModelService):
             raise ValueError("mode: chat/completion is chosen by the model prefix for litellm "
                              "(openai/<m> chats, text-completion-openai/<m> continues text); "
                              "`mode` is for backend=local")
+        if (self.price_per_mtok_in is None) != (self.price_per_mtok_out is None):
+            raise ValueError("price_per_mtok_in: give both price_per_mtok_in and price_per_mtok_out "
+                             "(USD per million tokens), or neither")
+        if self.backend == "local" and (self.reasoning or self.reasoning_effort):
+            raise ValueError("reasoning: the embedded models do not reason (backend local)")
         if self.backend == "local" and self.model_path is None and self.model:
             from memrl.llm.local_models import PACKAGED
 

@@ -20,6 +20,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, TextIO
 
+from memrl.guards import counts_against_error_rate, writer_failed
+
 
 def progress_enabled(setting: bool | str, stream: TextIO | None = None) -> bool:
     """Whether to draw the bar: `auto` means only on a terminal."""
@@ -46,6 +48,8 @@ class EpochTally:
     episodes: int = 0
     solved: int = 0
     errored: int = 0
+    writer_failures: int = 0  # memories stored without their summary (memrl.memory.writer)
+    rate_errors: int = 0  # what runner.max_error_rate counts: errored or writer failed (memrl.guards)
     cost_usd: float = 0.0
     tokens: int = 0
 
@@ -65,8 +69,11 @@ class RunTally:
             t.episodes += 1
             t.solved += int(bool(r.get("success")))
             t.errored += int(bool(r.get("errors")))
+            t.writer_failures += int(writer_failed(r))
+            t.rate_errors += int(counts_against_error_rate(r))
             t.cost_usd += float(r.get("cost_usd") or 0.0)
-            t.tokens += sum(int(v) for v in (r.get("tokens") or {}).values())
+            tokens = r.get("tokens") or {}  # reasoning and cached tokens are parts of these two
+            t.tokens += int(tokens.get("prompt", 0) or 0) + int(tokens.get("completion", 0) or 0)
             if r.get("success"):
                 tid = str(r["task_id"])
                 self.solved_by[tid] = min(self.solved_by.get(tid, e), e)

@@ -257,9 +257,13 @@ def compute_metrics(records: Sequence[EpisodeRecord], allow_missing: bool = Fals
                     zero_fail: ZeroFail = "zero") -> dict[str, Any]:
     task_ids, epochs, S = success_matrix(records, allow_missing=allow_missing)
     tokens = {"prompt": 0, "completion": 0}
+    parts = {"reasoning": 0, "cached_prompt": 0}  # of completion / of prompt, where reported
     for r in records:
         for k in tokens:
             tokens[k] += int((r.tokens or {}).get(k, 0))
+        for k in parts:
+            parts[k] += int((r.tokens or {}).get(k, 0))
+    tokens.update({k: v for k, v in parts.items() if v})
     # Cache hits are a property of the execution, not of the experiment: they live in the run
     # card, so a resumed or replayed run has the same metrics as an uninterrupted one.
     return {

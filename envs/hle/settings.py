@@ -12,13 +12,9 @@ from memrl.config import ModelSettings
 from memrl.result_keys import data_location, no_effect
 from memrl_envs.base import EnvSettings
 
-# Fields of the judge section that go to `memrl.llm.factory.build_client` as they are.
-CLIENT_FIELDS = (
-    "backend", "model", "api_base", "api_key_env", "timeout", "max_concurrency", "max_retries",
-    "adaptive_concurrency", "rpm", "tpm",
-    "temperature", "top_p", "max_tokens", "cache", "cache_path", "n_ctx", "n_threads",
-    "model_path", "script", "backoff_base", "backoff_max", "model_fingerprint",
-)
+# Fields of the judge section that go to `memrl.llm.factory.build_client` as they are: every
+# field of a model section but its name (derived, so a new model setting reaches the judge)
+CLIENT_FIELDS = tuple(f for f in ModelSettings.model_fields if f != "name")
 
 
 class JudgeSettings(ModelSettings):

@@ -109,17 +109,38 @@ class LLMRequest:
     # "json": ask the provider for a JSON object (JSON mode) where it offers one. None (the
     # default) leaves the request, and its cache key, exactly as before this field existed.
     response_format: str | None = None
+    # What the call is for, never part of the cache key (memrl.llm.cache picks the keyed
+    # fields): its purpose ("act", "write-script", ...), the tokens the caller asked for its
+    # answer (`max_tokens` is the budget sent, reasoning headroom included: memrl.llm.profile)
+    # and the config key that sets them, which an error names as the fix.
+    purpose: str = ""
+    answer_tokens: int | None = None
+    budget_key: str = ""
 
 
 @dataclass
 class LLMResponse:
+    """One answer. Tokens and cost are what the provider billed for it, every try the client
+    made for this answer included (an empty reply that was retried was paid for too), so an
+    episode's meter, the run's spend and the plan count every paid token; `attempts` says how
+    many tries were billed. `completion_tokens` includes `reasoning_tokens` (hidden reasoning
+    is billed as output); `cached_prompt_tokens` are the prompt tokens the provider served
+    from its own prompt cache (billed at its cached rate). `priced` is False when neither
+    litellm nor the config knows the model's price: its `cost_usd` is then unknown, not 0."""
+
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
-    cached: bool = False
+    cached: bool = False  # served from the response cache (no call made now)
     model: str = ""
     key: str = ""  # the request's cache key (memrl.llm.cache.request_key), set by the client
+    reasoning_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    finish_reason: str = ""  # the provider's: stop, length, ... ("" when it does not say)
+    priced: bool = True
+    attempts: int = 1
+    stop_applied: bool = False  # the client cut the reply at a stop the provider does not take
 
 
 class Backend(Protocol):
@@ -135,7 +156,17 @@ class Backend(Protocol):
 
 
 class LLMError(RuntimeError):
-    """A model call that still failed after the configured retries."""
+    """A model call that still failed after the configured retries. `billed` is what the
+    provider charged for the failed call's tries (replies that came back unusable)."""
+
+    billed: "LLMResponse | None" = None
+
+
+class BudgetExhaustedError(LLMError):
+    """The completion budget ran out before the model wrote any text (a reasoning model spent
+    it all on reasoning): a configuration error, named on its first occurrence and never
+    retried with the same budget. The message names the call's purpose, its budget, the
+    reasoning tokens spent and the key to raise."""
 
 
 class MissingKeyError(RuntimeError):
@@ -161,17 +192,71 @@ class UsageMeter:
     errors: list[str] = field(default_factory=list)
     model_calls: list[dict[str, Any]] = field(default_factory=list)
 
+    reasoning_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    unpriced_calls: int = 0
+
+    def _usage(self, resp: LLMResponse) -> None:
+        self.prompt_tokens += resp.prompt_tokens
+        self.completion_tokens += resp.completion_tokens
+        self.reasoning_tokens += resp.reasoning_tokens
+        self.cached_prompt_tokens += resp.cached_prompt_tokens
+        self.cost_usd += resp.cost_usd
+        self.unpriced_calls += int(not resp.priced)
+
     def add(self, resp: LLMResponse, purpose: str = "") -> None:
         self.calls += 1
         self.cache_hits += int(resp.cached)
-        self.prompt_tokens += resp.prompt_tokens
-        self.completion_tokens += resp.completion_tokens
-        self.cost_usd += resp.cost_usd
-        self.model_calls.append({"purpose": purpose, "key": resp.key})
+        self._usage(resp)
+        self.model_calls.append({"purpose": purpose, "key": resp.key, **call_notes(resp)})
 
-    def add_failure(self, purpose: str, key: str, error: str) -> None:
+    def add_failure(self, purpose: str, key: str, error: str, billed: LLMResponse | None = None) -> None:
         self.errors.append(f"{purpose}: {error}")
-        self.model_calls.append({"purpose": purpose, "key": key, "failed": True})
+        entry: dict[str, Any] = {"purpose": purpose, "key": key, "failed": True}
+        if billed is not None and billed.attempts:
+            self._usage(billed)
+            entry.update(call_notes(billed))
+        self.model_calls.append(entry)
 
     def tokens(self) -> dict[str, int]:
-        return {"prompt": self.prompt_tokens, "completion": self.completion_tokens}
+        out = {"prompt": self.prompt_tokens, "completion": self.completion_tokens}
+        if self.reasoning_tokens:
+            out["reasoning"] = self.reasoning_tokens
+        if self.cached_prompt_tokens:
+            out["cached_prompt"] = self.cached_prompt_tokens
+        return out
+
+
+def call_notes(resp: LLMResponse) -> dict[str, Any]:
+    """What an episode record's `model_calls` entry says of a call beyond purpose and key:
+    only what is not the usual (a cut reply, a client-side stop, retries billed, an unpriced
+    model, reasoning spent), so the records of plain models read as before."""
+    out: dict[str, Any] = {}
+    if resp.finish_reason and resp.finish_reason != "stop":
+        out["finish"] = resp.finish_reason
+    if resp.reasoning_tokens:
+        out["reasoning"] = resp.reasoning_tokens
+    if resp.stop_applied:
+        out["stop"] = "client"
+    if resp.attempts > 1:
+        out["attempts"] = resp.attempts
+    if not resp.priced:
+        out["unpriced"] = True
+    return out
+
+
+@dataclass(frozen=True)
+class ModelProbe:
+    """One kind of call a run will make, as the preflight sends it (memrl.preflight): the
+    model client's config key (`role`: "llm", "env.judge"), the call's purpose, a prompt like
+    the run's, the tokens its answer gets (`answer_tokens`, before the reasoning headroom of
+    memrl.llm.profile), the key that sets them, and the call's stop / temperature / format."""
+
+    role: str
+    purpose: str
+    prompt: Any  # a string (one user message) or [(role, content), ...]
+    answer_tokens: int | None
+    budget_key: str
+    stop: tuple[str, ...] = ()
+    temperature: float | None = None
+    response_format: str | None = None

@@ -100,6 +100,10 @@ def request_key(model_id: str, request: LLMRequest) -> str:
     return payload_key(request_payload(model_id, request))
 
 
+# fields of a response kept when they differ from the default (LLMResponse's docstring)
+_OPTIONAL: dict[str, type] = {"reasoning_tokens": int, "cached_prompt_tokens": int, "finish_reason": str,
+                              "priced": bool, "attempts": int, "stop_applied": bool}
+
 WHAT = "the LLM response cache"
 HINT = ("it holds paid responses: free space / fix the file system, or move a corrupt file "
         "aside (or point llm.cache_path elsewhere), then run the same command again")
@@ -140,19 +144,23 @@ class ResponseCache:
             cost_usd=float(data.get("cost_usd", 0.0)),
             cached=True,
             model=data.get("model", ""),
+            **{name: kind(data[name]) for name, kind in _OPTIONAL.items() if name in data},
         )
 
     def put(self, key: str, resp: LLMResponse) -> None:
-        value = json.dumps(
-            {
-                "text": resp.text,
-                "prompt_tokens": resp.prompt_tokens,
-                "completion_tokens": resp.completion_tokens,
-                "cost_usd": resp.cost_usd,
-                "model": resp.model,
-            },
-            ensure_ascii=False,
-        )
+        record: dict[str, Any] = {
+            "text": resp.text,
+            "prompt_tokens": resp.prompt_tokens,
+            "completion_tokens": resp.completion_tokens,
+            "cost_usd": resp.cost_usd,
+            "model": resp.model,
+        }
+        # what a reply says beyond its text, only where it is not the default (older entries
+        # and plain models keep the entries they had)
+        defaults = LLMResponse(text="")
+        record.update({name: getattr(resp, name) for name in _OPTIONAL
+                       if getattr(resp, name) != getattr(defaults, name)})
+        value = json.dumps(record, ensure_ascii=False)
         with writing(self.path, WHAT, hint=HINT), self._lock:
             self._conn.execute(
                 "INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", (key, value)
@@ -230,7 +238,9 @@ class ResponseCache:
                 "response": None if resp is None else {
                     "text": resp.text, "prompt_tokens": resp.prompt_tokens,
                     "completion_tokens": resp.completion_tokens, "cost_usd": resp.cost_usd,
-                    "model": resp.model}}
+                    "model": resp.model, "reasoning_tokens": resp.reasoning_tokens,
+                    "cached_prompt_tokens": resp.cached_prompt_tokens,
+                    "finish_reason": resp.finish_reason}}
 
     def __len__(self) -> int:
         with self._lock:

@@ -47,7 +47,23 @@ backend, so the batch in flight ends quickly and the runner stops before committ
 Empty replies: a backend that says `empty_reply_is_fault` (an HTTP API, where a 200 with empty
 content is a provider fault) has an empty or blank reply retried like a transient error
 (`EmptyReplyError`), never cached; if it outlasts the retries the call fails. The embedded
-model's empty completion is its answer and stays one.
+model's empty completion is its answer and stays one. An empty reply whose finish reason is
+`length` is different: the completion budget ran out (a reasoning model spent it on hidden
+reasoning), so the same request would run out again. It raises `BudgetExhaustedError` at
+once, never retried; it is fatal (the run stops on its first occurrence, naming the call's
+purpose, its budget, the reasoning tokens spent and the key to raise).
+
+Budgets and settings (memrl.llm.profile): `request()` builds every call's request, with the
+completion budget of the profile's one rule (the answer's tokens plus reasoning headroom on a
+reasoning model). A `stop` the provider does not take is applied here to the reply, before it
+is cached (`stop_applied`).
+
+Billing: every reply the provider sent (HTTP 200) was paid for, usable or not. Its tokens and
+cost are counted in the totals when it arrives, and the answer finally returned (or the
+`LLMError` of a call that failed, as `billed`) carries the sum over its tries, so the
+episode's meter, the run's spend, its budget and the plan all count retried and empty
+replies. Reasoning and provider-cached prompt tokens are counted apart; a model without a
+price (`priced: False`) is counted as `unpriced_calls`, never as $0.
 
 In-flight deduplication: with a cache, one request (one cache key) is sent at most once at a
 time by all the callers sharing that cache: threads of this process wait on the first
@@ -76,6 +92,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 
 from memrl.llm.base import (
     Backend,
+    BudgetExhaustedError,
     Content,
     LLMError,
     LLMRequest,
@@ -89,6 +106,7 @@ from memrl.llm.base import (
 )
 from memrl.guards import MODEL, STORAGE, Tripwire
 from memrl.llm.cache import ResponseCache, payload_key, request_key, request_payload
+from memrl.llm.profile import ModelProfile, plain_profile
 from memrl.llm.ratelimit import ConcurrencyLimiter
 from memrl.storage import StorageError
 
@@ -138,7 +156,7 @@ def is_fatal(exc: BaseException) -> bool:
     """True for errors that stop the run: authentication, permission, not found, bad
     request, context window (litellm / openai classes by name along the MRO; the most
     specific decides), and a missing key."""
-    if isinstance(exc, MissingKeyError):
+    if isinstance(exc, (MissingKeyError, BudgetExhaustedError)):
         return True
     for cls in _provider_classes(exc):
         if cls.__name__ in _PER_REQUEST_NAMES:
@@ -224,6 +242,49 @@ def retry_after_seconds(exc: BaseException) -> float | None:
     return None
 
 
+def apply_stop(text: str, stop: Sequence[str]) -> str:
+    """The text up to the first of the stop sequences (as a provider that takes them cuts it)."""
+    cut = len(text)
+    for s in stop:
+        if s:
+            i = text.find(s)
+            if i >= 0:
+                cut = min(cut, i)
+    return text[:cut]
+
+
+_USAGE = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_prompt_tokens")
+
+
+class _Bill:
+    """What the provider charged for the tries of one call (module doc, "Billing")."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        self.usage = dict.fromkeys(_USAGE, 0)
+        self.cost = 0.0
+        self.priced = True
+        self.finish = ""  # the last try's finish reason
+
+    def add(self, resp: LLMResponse) -> None:
+        self.attempts += 1
+        self.finish = resp.finish_reason
+        for name in _USAGE:
+            self.usage[name] += int(getattr(resp, name))
+        self.cost += resp.cost_usd
+        self.priced = self.priced and resp.priced
+
+    def onto(self, resp: LLMResponse) -> LLMResponse:
+        """`resp` carrying the whole bill (its own try included)."""
+        for name in _USAGE:
+            setattr(resp, name, self.usage[name])
+        resp.cost_usd, resp.priced, resp.attempts = self.cost, self.priced, self.attempts
+        return resp
+
+    def as_response(self, model: str) -> LLMResponse:
+        return self.onto(LLMResponse(text="", model=model, finish_reason=self.finish))
+
+
 def _short(exc: BaseException | None, limit: int = 300) -> str:
     text = " ".join(str(exc).split()) if exc is not None else ""
     return text if len(text) <= limit else text[:limit] + "..."
@@ -268,10 +329,41 @@ class LLMClient:
         self._cost = 0.0
         # the run's stop signal (memrl.guards): tripped by a fatal error seen here
         self.tripwire = tripwire
+        self._profile: ModelProfile | None = None
 
     @property
     def model_id(self) -> str:
         return self.backend.model_id
+
+    @property
+    def profile(self) -> ModelProfile:
+        """What the model is (memrl.llm.profile): the backend's, else a plain free model."""
+        if self._profile is None:
+            own = getattr(self.backend, "profile", None)
+            self._profile = own if isinstance(own, ModelProfile) else plain_profile(self.model_id)
+        return self._profile
+
+    def request(self, messages: tuple[tuple[str, Content], ...], *, purpose: str,
+                max_tokens: int | None = None, stop: Sequence[str] = (),
+                temperature: float | None = None, response_format: str | None = None,
+                sample_id: str = "", seed: int | None = None, budget_key: str = "") -> LLMRequest:
+        """The request of one call: the client's defaults where the caller names nothing, and
+        the completion budget of the profile's rule (memrl.llm.profile)."""
+        d = self.defaults
+        answer = int(max_tokens if max_tokens is not None else d.get("max_tokens", 256))
+        return LLMRequest(
+            messages=messages,
+            max_tokens=self.profile.budget(answer),
+            temperature=float(temperature if temperature is not None else d.get("temperature", 0.0)),
+            top_p=float(d.get("top_p", 1.0)),
+            stop=tuple(stop),
+            sample_id=sample_id,
+            seed=seed,
+            response_format=response_format,
+            purpose=purpose,
+            answer_tokens=answer,
+            budget_key=budget_key or ("llm.max_tokens" if max_tokens is None else ""),
+        )
 
     @property
     def cache_identity(self) -> str:
@@ -415,16 +507,23 @@ class LLMClient:
                 self._totals["failures"] += 1
             log.warning("%s: model call failed (%s): %s: %s", self.backend.model_id,
                         request.sample_id or "no sample id", type(exc).__name__, _short(exc))
+            if isinstance(exc, BudgetExhaustedError):
+                self._trip(MODEL, f"{exc}; then run the same command to continue")
+                raise exc
             message = f"{self.backend.model_id}: {type(exc).__name__}: {exc}"
             if is_fatal(exc):
                 self._trip(MODEL, f"model error that no retry cures: {message}; fix the model "
                                   "settings (llm.model, llm.api_base, the key) and run the same "
                                   "command to continue")
-            raise LLMError(message) from exc
+            err = LLMError(message)
+            err.billed = getattr(exc, "billed", None)
+            raise err from exc
         resp.cached = False
         resp.model = resp.model or self.backend.model_id
         resp.key = key
-        self._count(resp)  # paid for: counted before the cache may fail to keep it
+        with self._lock:  # its tokens were counted as each try arrived (paid for)
+            self._totals["requests"] += 1
+            self._totals["calls"] += 1
         if self.cache is not None:
             try:
                 self.cache.put(key, resp)
@@ -432,36 +531,44 @@ class LLMClient:
                 self._storage_failed(exc)
         return resp
 
-    def _count(self, resp: LLMResponse) -> None:
+    def _bill(self, resp: LLMResponse) -> None:
+        """Count one reply the provider sent (and charged for), usable or not."""
         with self._lock:
-            self._totals["requests"] += 1
-            self._totals["calls"] += 1
-            self._totals["prompt_tokens"] += resp.prompt_tokens
-            self._totals["completion_tokens"] += resp.completion_tokens
+            self._totals["billed_replies"] += 1
+            for name in _USAGE:
+                self._totals[name] += int(getattr(resp, name))
             self._cost += resp.cost_usd
+            self._totals["unpriced_calls"] += int(not resp.priced)
+            self._totals["empty_replies"] += int(not (resp.text or "").strip())
+            self._totals["truncated_replies"] += int(resp.finish_reason == "length")
+            self._totals["client_stops"] += int(resp.stop_applied)
 
     def _storage_failed(self, exc: StorageError) -> NoReturn:
         self._trip(STORAGE, str(exc))
         raise LLMError(f"{self.backend.model_id}: {exc}") from exc
 
-    def probe(self, max_tokens: int = 16) -> LLMResponse | None:
-        """One short call past the cache (the preflight: is the key good, is the model
-        there?), retried like any call; counted as a call. Raises LLMError when the model
-        cannot be called. A model that answers only with empty replies was reached (a
-        reasoning model may spend 16 tokens on thinking): None, the call counted failed."""
-        request = LLMRequest(messages=(("user", "Reply with the single word: ok"),),
-                             max_tokens=int(max_tokens), temperature=0.0, sample_id="preflight")
+    def probe(self, request: LLMRequest | None = None) -> LLMResponse:
+        """One call past the cache (the preflight sends what the run will send: memrl.preflight),
+        retried like any call and counted (paid). Raises LLMError when the model cannot be
+        called; a budget that ran out raises BudgetExhaustedError (the run is not started, so
+        nothing is tripped). Without a request: a one-word question at the default budget."""
+        if request is None:
+            request = self.request((("user", "Reply with the single word: ok"),), purpose="preflight")
+        request = dataclasses.replace(request, sample_id=request.sample_id or "preflight")
         try:
-            resp = self._call_with_retries(request, "preflight")
+            return self._call_with_retries(request, "preflight")
         except Exception as exc:
             with self._lock:
                 self._totals["requests"] += 1
                 self._totals["failures"] += 1
-            if isinstance(exc, EmptyReplyError):
-                return None
-            raise LLMError(f"{self.backend.model_id}: {type(exc).__name__}: {exc}") from exc
-        self._count(resp)
-        return resp
+            if isinstance(exc, LLMError):
+                raise
+            err = LLMError(f"{self.backend.model_id}: {type(exc).__name__}: {exc}")
+            err.billed = getattr(exc, "billed", None)
+            raise err from exc
+        finally:
+            with self._lock:
+                self._totals["probes"] += 1
 
     def _as_keyed(self, request: LLMRequest) -> LLMRequest:
         """The request as the cache sees it. A backend whose greedy answers (temperature 0)
@@ -471,7 +578,7 @@ class LLMClient:
             return dataclasses.replace(request, seed=None)
         return request
 
-    def _attempt(self, request: LLMRequest) -> LLMResponse:
+    def _attempt(self, request: LLMRequest, bill: _Bill) -> LLMResponse:
         # The slot is held only while the backend works, not while backing off.
         slot = self.limiter.acquire(_estimate_tokens(request))
         try:
@@ -482,10 +589,37 @@ class LLMClient:
                                  retry_after=self._asked(exc) if limited else None)
             raise
         self.limiter.release(slot, ok=True, tokens=resp.prompt_tokens + resp.completion_tokens)
-        if not (resp.text or "").strip() and getattr(self.backend, "empty_reply_is_fault", False):
-            raise EmptyReplyError(f"the server answered with empty content ({resp.completion_tokens} "
-                                  "completion tokens)")
+        if request.stop and not self.profile.honors_stop:
+            resp.text, resp.stop_applied = apply_stop(resp.text or "", request.stop), True
+        self._bill(resp)  # the provider charged for this reply, whatever happens to it now
+        bill.add(resp)
+        if not (resp.text or "").strip():
+            if resp.finish_reason == "length":
+                raise self._exhausted(request, resp)
+            if getattr(self.backend, "empty_reply_is_fault", False):
+                raise EmptyReplyError(f"the server answered with empty content ({resp.completion_tokens} "
+                                      "completion tokens)")
         return resp
+
+    def _exhausted(self, request: LLMRequest, resp: LLMResponse) -> BudgetExhaustedError:
+        """The error of a budget that ran out before any text (module doc)."""
+        p = self.profile
+        answer = request.answer_tokens if request.answer_tokens is not None else request.max_tokens
+        headroom = request.max_tokens - answer
+        what = f"{request.purpose or 'a'} call"
+        spent = (f"{resp.reasoning_tokens} of its {resp.completion_tokens} completion tokens on "
+                 "reasoning" if resp.reasoning_tokens else f"{resp.completion_tokens} completion tokens")
+        parts = f"{answer} for the answer + {headroom} reasoning headroom" if p.reasoning else \
+            f"{answer} for the answer"
+        fixes = [request.budget_key or "the call's max_tokens"]
+        if p.reasoning:
+            fixes += ["llm.reasoning_headroom"]
+        fix = " or ".join(fixes) + (" (or lower llm.reasoning_effort)" if p.reasoning else "")
+        err = BudgetExhaustedError(
+            f"{self.backend.model_id}: the {what}'s completion budget ran out before the model "
+            f"wrote any text: {request.max_tokens} tokens ({parts}), {spent} (finish_reason "
+            f"length); raise {fix}")
+        return err
 
     def _asked(self, exc: BaseException) -> float | None:
         """The server's Retry-After for this error, capped at backoff_max."""
@@ -519,6 +653,8 @@ class LLMClient:
                     state.attempt_number, self.max_retries + 1, type(exc).__name__, _short(exc), wait)
 
     def _call_with_retries(self, request: LLMRequest, key: str) -> LLMResponse:
+        """The answer, carrying what every billed try cost (module doc); a failure carries
+        it as `billed`."""
         retrying = Retrying(
             stop=stop_after_attempt(self.max_retries + 1),
             wait=self._wait(key),
@@ -527,7 +663,16 @@ class LLMClient:
             sleep=self._sleep,
             reraise=True,
         )
-        return retrying(self._attempt, request)
+        bill = _Bill()
+        try:
+            return bill.onto(retrying(self._attempt, request, bill))
+        except BaseException as exc:
+            if bill.attempts and isinstance(exc, Exception):
+                try:
+                    exc.billed = bill.as_response(self.backend.model_id)  # type: ignore[attr-defined]
+                except AttributeError:  # an exception type that takes no attributes
+                    pass
+            raise
 
     # -- accounting ---------------------------------------------------------------------
     def totals(self) -> dict[str, Any]:
@@ -541,8 +686,13 @@ class LLMClient:
                     "retries",
                     "failures",
                     "claim_waits",
-                    "prompt_tokens",
-                    "completion_tokens",
+                    "probes",
+                    "billed_replies",
+                    "empty_replies",
+                    "truncated_replies",
+                    "client_stops",
+                    "unpriced_calls",
+                    *_USAGE,
                 )
             }
             out["cost_usd"] = self._cost
@@ -580,6 +730,12 @@ class EpisodeLLM:
         return self.client.model_id
 
     @property
+    def honors_stop(self) -> bool:
+        """Whether the provider takes stop sequences (else the client cuts the reply at them:
+        an env whose reply format spans lines may rather send none and parse the reply)."""
+        return self.client.profile.honors_stop
+
+    @property
     def embedded(self) -> bool:
         """True for a model run in-process (the small local models), for envs that choose
         prompts to suit it."""
@@ -594,9 +750,12 @@ class EpisodeLLM:
         stop: Sequence[str] = (),
         temperature: float | None = None,
         response_format: str | None = None,
+        budget_key: str = "",
     ) -> str:
         """Ask the model; a plain string is one user message. Content may be a string or a
-        sequence of parts (text and images). Raises `LLMError` on failure."""
+        sequence of parts (text and images). `max_tokens` is the answer's budget (a reasoning
+        model gets headroom on top: memrl.llm.profile); `budget_key` names the setting it
+        comes from, for the error a budget that ran out raises. Raises `LLMError` on failure."""
         if isinstance(prompt, str):
             messages: tuple[tuple[str, Content], ...] = (("user", prompt),)
         else:
@@ -604,22 +763,16 @@ class EpisodeLLM:
         with self._lock:
             n = self._counts[purpose]
             self._counts[purpose] += 1
-        d = self.client.defaults
-        request = LLMRequest(
-            messages=messages,
-            max_tokens=int(max_tokens if max_tokens is not None else d.get("max_tokens", 256)),
-            temperature=float(temperature if temperature is not None else d.get("temperature", 0.0)),
-            top_p=float(d.get("top_p", 1.0)),
-            stop=tuple(stop),
-            sample_id=f"{self.sample_prefix}/{purpose}/{n}",
-            seed=self.seed,
-            response_format=response_format,
-        )
+        request = self.client.request(
+            messages, purpose=purpose, max_tokens=max_tokens, stop=stop, temperature=temperature,
+            response_format=response_format, sample_id=f"{self.sample_prefix}/{purpose}/{n}",
+            seed=self.seed, budget_key=budget_key)
         try:
             resp = self.client.complete(request)
         except LLMError as exc:
             with self._lock:
-                self.meter.add_failure(purpose, self.client.key(request), str(exc))
+                self.meter.add_failure(purpose, self.client.key(request), str(exc),
+                                       billed=getattr(exc, "billed", None))
             raise
         with self._lock:
             self.meter.add(resp, purpose)

@@ -6,7 +6,10 @@ temperature, top_p, max_tokens, cache (bool), cache_path, n_ctx, model_path, vis
 input: true/false; null = litellm's model list for litellm backends, never for `local`); for
 `litellm` also `extra` (a mapping passed to `litellm.completion` as it is, e.g.
 `{repeat_penalty: 1.0}` for a llama.cpp server) and `model_fingerprint` (which model a server
-serves); for `local` `model` (a packaged model name), `model_path` (any GGUF instead), `mode`
+serves); the model's profile (memrl.llm.profile): `reasoning` (null = litellm's model list),
+`reasoning_effort` (null = the provider's default, not sent), `reasoning_headroom` (null = by
+effort), `max_output_tokens` (null = litellm's), `price_per_mtok_in`, `price_per_mtok_cached_in`,
+`price_per_mtok_out` (null = litellm's price list); for `local` `model` (a packaged model name), `model_path` (any GGUF instead), `mode`
 (completion | chat), n_ctx, n_threads, `reuse_prefix` and `prefix_block` (see
 memrl.llm.local); for `scripted` optionally `script` ("package.module:function", a function
 request -> str; default: echo the last user message) and `model` as its model id.
@@ -22,6 +25,11 @@ from memrl.llm.base import Backend, LLMRequest
 from memrl.cache import LLM_CACHE, default_cache_dir
 from memrl.llm.cache import ResponseCache
 from memrl.llm.client import LLMClient
+from memrl.llm.profile import plain_profile
+
+# the llm section's keys that describe the model itself (memrl.llm.profile)
+PROFILE_KEYS = ("reasoning", "reasoning_effort", "reasoning_headroom", "max_output_tokens",
+                "price_per_mtok_in", "price_per_mtok_cached_in", "price_per_mtok_out")
 
 
 def _load_callable(path: str) -> Callable[[LLMRequest], str]:
@@ -56,6 +64,7 @@ def build_backend(cfg: Mapping[str, Any]) -> Backend:
             extra=dict(cfg.get("extra") or {}),
             vision=cfg.get("vision"),
             model_fingerprint=cfg.get("model_fingerprint"),
+            profile={k: cfg.get(k) for k in PROFILE_KEYS if cfg.get(k) is not None},
         )
     if kind == "local":
         from memrl.llm.local import DEFAULT_BLOCK, LocalLlamaBackend
@@ -74,13 +83,26 @@ def build_backend(cfg: Mapping[str, Any]) -> Backend:
 
         script = cfg.get("script")
         fn = _load_callable(str(script)) if script else echo_last_user
-        return ScriptedBackend(fn, model_id=str(cfg.get("model") or "scripted"),
-                               supports_images=bool(_get(cfg, "vision", True)))
+        backend = ScriptedBackend(fn, model_id=str(cfg.get("model") or "scripted"),
+                                  supports_images=bool(_get(cfg, "vision", True)))
+        # a scripted model may play a reasoning one (tests of the budget rule)
+        backend.profile = plain_profile(backend.model_id, reasoning=bool(cfg.get("reasoning")),
+                                        headroom=cfg.get("reasoning_headroom"),
+                                        effort=cfg.get("reasoning_effort"),
+                                        max_output_tokens=cfg.get("max_output_tokens"))
+        return backend
     raise ValueError(f"unknown llm backend {kind!r} (litellm | local | scripted)")
 
 
-def build_client(cfg: Mapping[str, Any]) -> LLMClient:
+def build_client(cfg: Mapping[str, Any], section: str = "llm") -> LLMClient:
+    """The client of one model section (`section`: its config key, for messages); ValueError
+    names a setting the model would never see (memrl.llm.profile `conflicts`)."""
     backend = build_backend(cfg)
+    profile = getattr(backend, "profile", None)
+    if profile is not None:
+        problems = profile.conflicts(cfg.get("temperature"), cfg.get("top_p"))
+        if problems:
+            raise ValueError("; ".join(f"{section}.{p}" for p in problems))
     cache = None
     if _get(cfg, "cache", True):
         cache = ResponseCache(cfg.get("cache_path") or default_cache_dir() / LLM_CACHE)

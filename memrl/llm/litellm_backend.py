@@ -29,7 +29,17 @@ continued. Through the chat route (`openai/<name>`) the server wraps the prompt 
 message in a chat template, which a base model cannot follow. `extra` matches the embedded
 backend's sampling with e.g. `{repeat_penalty: 1.0}` (llama.cpp's server defaults to 1.1).
 
-An empty reply (HTTP 200, no text) is a provider fault here (`empty_reply_is_fault`).
+An empty reply (HTTP 200, no text) is a provider fault here (`empty_reply_is_fault`),
+unless the provider says the budget ran out (`finish_reason: length`: memrl.llm.client).
+
+What a reply says beyond its text is kept: `finish_reason`, the reasoning tokens
+(`usage.completion_tokens_details.reasoning_tokens`; Gemini's thoughts) and the prompt
+tokens the provider served from its cache (`usage.prompt_tokens_details.cached_tokens`).
+Cost: the config's prices when it gives them, else litellm's price list (which bills cached
+prompt tokens at the cached rate), else the reply is `priced: False` (never a silent $0).
+The model's kind, the settings it takes and its prices are its `profile`
+(memrl.llm.profile); `reasoning_effort` is sent only when configured, and is then part of
+the cache identity (`|effort=<e>`), like `extra`.
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ from types import ModuleType
 from typing import Any
 
 from memrl.llm.base import LLMRequest, LLMResponse, MissingKeyError, openai_content
+from memrl.llm.profile import ModelProfile, litellm_profile
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +139,7 @@ class LiteLLMBackend:
         extra: Mapping[str, Any] | None = None,
         vision: bool | None = None,
         model_fingerprint: str | None = None,
+        profile: Mapping[str, Any] | ModelProfile | None = None,
     ) -> None:
         self.model = model
         self.vision = vision
@@ -142,8 +154,19 @@ class LiteLLMBackend:
         self._identity_final = False
         self._retry_at = 0.0
         self._identity_lock = threading.Lock()
+        # what the model is (memrl.llm.profile): from the llm config's profile keys and litellm
+        self._profile_cfg = profile if isinstance(profile, Mapping) else {}
+        self._profile: ModelProfile | None = profile if isinstance(profile, ModelProfile) else None
+        self.reasoning_effort: str | None = self._profile_cfg.get("reasoning_effort") or (
+            self._profile.effort if self._profile is not None else None)
 
     empty_reply_is_fault = True
+
+    @property
+    def profile(self) -> ModelProfile:
+        if self._profile is None:
+            self._profile = litellm_profile({**self._profile_cfg, "model": self.model})
+        return self._profile
 
     def key_problem(self) -> str | None:
         return key_problem(self.api_key_env)
@@ -156,8 +179,12 @@ class LiteLLMBackend:
             if self._identity is not None and (self._identity_final or time.monotonic() < self._retry_at):
                 return dict(self._identity)
             ident, final = self._find_identity()
-            if self.extra:  # settings that can change the answer (module doc)
-                ident = {**ident, "key": ident["key"] + self._extra_key(), "extra": dict(self.extra)}
+            if self.extra or self.reasoning_effort:  # settings that can change the answer (module doc)
+                ident = {**ident, "key": ident["key"] + self._extra_key()}
+                if self.extra:
+                    ident["extra"] = dict(self.extra)
+                if self.reasoning_effort:
+                    ident["reasoning_effort"] = self.reasoning_effort
             # a server that cannot be reached now is asked again, but not on every call
             self._identity, self._identity_final = ident, final
             self._retry_at = time.monotonic() + 30.0
@@ -170,9 +197,12 @@ class LiteLLMBackend:
         return str(self.identity()["key"])
 
     def _extra_key(self) -> str:
-        if not self.extra:
-            return ""
-        return "|extra=" + json.dumps(self.extra, sort_keys=True, separators=(",", ":"), default=str)
+        key = ""
+        if self.reasoning_effort:
+            key += f"|effort={self.reasoning_effort}"
+        if self.extra:
+            key += "|extra=" + json.dumps(self.extra, sort_keys=True, separators=(",", ":"), default=str)
+        return key
 
     def _find_identity(self) -> tuple[dict[str, Any], bool]:
         base: dict[str, Any] = {"model": self.model, "api_base": self.api_base}
@@ -240,6 +270,8 @@ class LiteLLMBackend:
             kwargs["seed"] = request.seed
         if request.response_format == "json":
             kwargs["response_format"] = {"type": "json_object"}
+        if self.reasoning_effort:
+            kwargs["reasoning_effort"] = self.reasoning_effort
         if self.api_base:
             kwargs["api_base"] = self.api_base
         key = api_key_from_env(self.api_key_env)
@@ -247,20 +279,41 @@ class LiteLLMBackend:
             kwargs["api_key"] = key
         kwargs.update(self.extra)
         raw = litellm.completion(**kwargs)
-        text = raw.choices[0].message.content or ""
+        choice = raw.choices[0]
         usage = getattr(raw, "usage", None)
+        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        cached = _detail(usage, "prompt_tokens_details", "cached_tokens")
+        cost, priced = self._cost(litellm, raw, prompt, completion, cached)
         return LLMResponse(
-            text=text,
-            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-            cost_usd=_cost(litellm, raw),
+            text=choice.message.content or "",
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cost_usd=cost,
             model=self.model_id,
+            reasoning_tokens=_detail(usage, "completion_tokens_details", "reasoning_tokens"),
+            cached_prompt_tokens=cached,
+            finish_reason=str(getattr(choice, "finish_reason", "") or ""),
+            priced=priced,
         )
 
+    def _cost(self, litellm: ModuleType, raw: Any, prompt: int, completion: int,
+              cached: int) -> tuple[float, bool]:
+        """(USD, priced) of one reply (module doc)."""
+        profile = self.profile
+        if profile.prices is not None and profile.prices.source == "llm config":
+            return profile.prices.cost(prompt, completion, cached), True
+        try:
+            cost = float(litellm.completion_cost(completion_response=raw) or 0.0)
+        except Exception:  # litellm raises a variety of errors for unpriced models
+            cost = 0.0
+        if cost > 0 or profile.prices is not None:
+            return cost, True
+        return 0.0, prompt + completion == 0
 
-def _cost(litellm: ModuleType, raw: Any) -> float:
-    """Price of one response from litellm's local price list; 0.0 for unknown models."""
-    try:
-        return float(litellm.completion_cost(completion_response=raw) or 0.0)
-    except Exception:  # litellm raises a variety of errors for unpriced models
-        return 0.0
+
+def _detail(usage: Any, group: str, name: str) -> int:
+    """usage.<group>.<name> as an int (0 when the provider does not report it)."""
+    part = getattr(usage, group, None)
+    value = part.get(name) if isinstance(part, Mapping) else getattr(part, name, None)
+    return int(value or 0)
