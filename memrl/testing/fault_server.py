@@ -41,14 +41,20 @@ tries are never faulted). `sticky` rules fault every request whose last message 
 of a rule's substrings (a call that fails after any number of retries). `counts()` (or
 GET /stats) says what was injected; POST /reset zeroes it.
 
-Normal replies are plausible ALFWorld actions derived from the prompt (look, inventory, go to
-/ open the receptacles the room description lists, an occasional think:), so episodes run;
-experience-writer prompts get a short plan or reflection. In expert reply mode (`expert=`,
-`--expert FILE`) an ALFWorld game with a recorded expert trajectory gets the expert's next
-action instead, so its episode ends when the expert's did (scripts/bench_throughput.py).
+Normal replies (memrl.testing.replies, re-exported here) suit each benchmark's parsers: ALFWorld
+actions derived from the prompt (a tour of the room's receptacles), writer plans/reflections,
+code, shell, SQL, HLE answers and verdicts. Expert reply mode (`expert=`, `--expert FILE`):
+an ALFWorld game with a recorded expert trajectory gets the expert's next action instead.
+
+Hosted-provider emulation (`provider=True` or a `ProviderPlan`, `--provider`; module
+memrl.testing.provider): requests for catalogued models (OpenAI's at /v1/chat/completions and
+/v1/embeddings, Gemini's at `gemini_base` + /models/<model>:generateContent) are validated,
+answered and billed as the provider would (`counts()["billed"]`); other model names are
+answered as without it. Faults are injected on top (in Google's error format on the Gemini
+route); an injected 429/5xx/hang is never billed, an injected 200 is.
 
 CLI (for benchmarks that keep the server out of the client's process):
-    python -m memrl.testing.fault_server --port 8765 --latency 0.5 --fault-rate 0.2
+    python -m memrl.testing.fault_server --port 8765 --latency 0.5 --fault-rate 0.2 [--provider]
 """
 
 from __future__ import annotations
@@ -57,13 +63,19 @@ import argparse
 import hashlib
 import json
 import math
-import re
 import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Sequence
+from urllib.parse import parse_qs, urlsplit
+
+from memrl.testing.provider import (GOOGLE_BAD_KEY, GOOGLE_NO_KEY, Provider, ProviderPlan, google_error,
+                                    not_found, provider_route)
+from memrl.testing.replies import (  # noqa: F401 - re-exported: tests import them from here
+    _receptacles, alfworld_action, apply_stop, episode_start, expert_action, reply_for, request_messages,
+    text_of)
 
 TRANSIENT_FAULTS = ("rate_limit_retry_after", "rate_limit", "server_error", "unavailable", "hang",
                     "truncated_json", "empty_content", "no_action")
@@ -125,87 +137,32 @@ class FaultPlan:
         return None
 
 
-# ------------------------------------------------------------------------------ replies
-_RECEPTACLES = re.compile(r"you see (.*?)\.\s*$", re.MULTILINE)
-_ITEM = re.compile(r"(?:an?|the)\s+([a-z]+(?: [a-z]+)* \d+)")
-
-
-def _receptacles(prompt: str) -> list[str]:
-    """Receptacles of the episode's room ('you see a cabinet 1, a drawer 2, ...')."""
-    episode = prompt.rsplit("Here is your task.", 1)[-1]
-    m = _RECEPTACLES.search(episode)
-    return _ITEM.findall(m.group(1)) if m else []
-
-
-def alfworld_action(prompt: str) -> str:
-    """A plausible next ALFWorld command for a ReAct prompt: a fixed tour of the room, as a
-    weak agent would make it (look, inventory, then go to / open each receptacle)."""
-    episode = prompt.rsplit("Here is your task.", 1)[-1]
-    step = sum(1 for line in episode.splitlines() if line.startswith("> "))
-    places = _receptacles(prompt) or ["cabinet 1", "countertop 1", "drawer 1"]
-    tour: list[str] = ["look", "think: I should search the receptacles one by one.", "inventory"]
-    for place in places:
-        tour += [f"go to {place}", f"open {place}", f"examine {place}"]
-    return tour[step % len(tour)]
-
-
-def reply_for(messages: Sequence[dict[str, Any]]) -> str:
-    """The normal (unfaulted) reply to a chat request."""
-    last = str(messages[-1].get("content") or "") if messages else ""
-    if last.rstrip().endswith("Plan:\n1.") or "Plan:\n1." in last[-20:]:
-        return " Go to the place where the target object usually is.\n2. Take it.\n" \
-               "3. Bring it to the goal receptacle and put it there."
-    if last.rstrip().endswith("Reflection:"):
-        return " The agent toured the room without finding the object; next time it should " \
-               "open the receptacles where such objects are usually kept first."
-    if "Here is your task." in last or last.rstrip().endswith(">"):
-        return " " + alfworld_action(last)
-    return "OK."
-
-
-# ----------------------------------------------------------------- expert reply mode
-# `FaultServer(expert=...)` / `--expert FILE`: for an ALFWorld episode whose first
-# observation is in the table, the reply is the next action of that game's recorded expert
-# trajectory (scripts/bench_throughput.py records them once with agent=expert), so the
-# episode ends when the expert's did; other games, and steps past the trajectory, get the
-# fixed tour above. The table maps the episode's first observation (the task start the
-# ReAct prompt shows after "Here is your task.") to the expert's actions.
-def episode_start(prompt: str) -> tuple[str, int]:
-    """(the episode's first observation, how many actions it has taken) of a ReAct prompt."""
-    episode = prompt.rsplit("Here is your task.\n", 1)[-1]
-    lines = episode.split("\n")
-    head: list[str] = []
-    for line in lines:
-        if line.startswith("> ") or line == ">":
-            break
-        head.append(line)
-    return "\n".join(head).strip(), sum(1 for line in lines if line.startswith("> "))
-
-
-def expert_action(prompt: str, trajectories: dict[str, list[str]]) -> str | None:
-    """The recorded expert's next action for this prompt's game, or None (not recorded, or
-    past the end of its trajectory)."""
-    start, step = episode_start(prompt)
-    actions = trajectories.get(start)
-    return actions[step] if actions is not None and step < len(actions) else None
-
-
-def _apply_stop(text: str, stop: Any) -> str:
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
-    cut = len(text)
-    for s in stops:
-        if s:
-            i = text.find(s)
-            if i >= 0:
-                cut = min(cut, i)
-    return text[:cut]
-
-
-def content_key(body: dict[str, Any]) -> str:
-    """What identifies 'the same request' for the repeatable fault draw."""
+def content_key(body: dict[str, Any], emulated: bool = False) -> str:
+    """What identifies 'the same request' for the repeatable fault draw (for an emulated
+    provider's request also its own fields: Gemini's contents, reasoning effort, ...)."""
     keep = {k: body.get(k) for k in ("model", "messages", "max_tokens", "stop", "temperature",
                                      "top_p", "seed")}
+    if emulated:
+        keep.update({k: body[k] for k in _MORE_KEYS if k in body})
     return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()
+
+
+_MORE_KEYS = ("max_completion_tokens", "reasoning_effort", "contents", "system_instruction",
+              "systemInstruction", "generationConfig", "input", "dimensions")
+# the error faults: HTTP status, message, OpenAI error code
+_FAULT_ERRORS = {
+    "rate_limit_retry_after": (429, "rate limit reached (injected)", "rate_limit_exceeded"),
+    "rate_limit": (429, "rate limit reached (injected)", "rate_limit_exceeded"),
+    "server_error": (500, "internal server error (injected)", "server_error"),
+    "unavailable": (503, "service unavailable (injected)", "server_error"),
+    "auth_error": (401, "Incorrect API key provided (injected)", "invalid_api_key"),
+    "permission_denied": (403, "this key may not use this model (injected)", "permission_denied"),
+    "model_not_found": (404, "The model `{model}` does not exist (injected)", "model_not_found"),
+    "bad_request": (400, "Unrecognized request argument (injected)", "invalid_request_error"),
+    "context_window": (400, "This model's maximum context length is 4096 tokens. However, your "
+                            "messages resulted in 9000 tokens. (injected)", "context_length_exceeded"),
+    "hang": (504, "hung request (injected)", "timeout"),
+}
 
 
 # ------------------------------------------------------------------------------ server
@@ -232,34 +189,50 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, json.dumps(obj).encode(), headers)
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        if self.path.rstrip("/") == "/stats":
-            self._json(200, self.server.owner.counts())
-        elif self.path.rstrip("/") in ("/v1/models", "/models"):
-            if not self.server.owner.authorized(self):
+        path = urlsplit(self.path).path.rstrip("/")
+        owner = self.server.owner
+        if path == "/stats":
+            self._json(200, owner.counts())
+        elif path in ("/v1/models", "/models"):
+            if not owner.authorized(self):
                 self._json(401, _error("invalid api key (checked by the fault server)", "invalid_api_key"))
                 return
-            self._json(200, {"object": "list", "data": self.server.owner.models})
+            self._json(200, {"object": "list", "data": owner.models})
+        elif path == "/v1beta/models" and owner.provider is not None:
+            ok = owner.authorized(self, google=True)
+            self._json(200 if ok else 403,
+                       owner.provider.listing(google=True) if ok else google_error(403, GOOGLE_NO_KEY))
         else:
             self._json(404, {"error": {"message": f"no route {self.path}"}})
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        if self.path.rstrip("/") == "/reset":
-            self.server.owner.reset()
+        path = urlsplit(self.path).path.rstrip("/")
+        owner = self.server.owner
+        if path == "/reset":
+            owner.reset()
             self._json(200, {"ok": True})
             return
-        if not self.path.rstrip("/").endswith("/chat/completions"):
+        extra = provider_route(path) if owner.provider is not None else None
+        route, path_model = ("chat", None) if path.endswith("/chat/completions") else extra or (None, None)
+        if route is None:
             self._json(404, {"error": {"message": f"no route {self.path}"}})
             return
+        google = route == "gemini"
         try:
             body = json.loads(raw or b"{}")
-            messages = list(body.get("messages") or [])
-        except (ValueError, TypeError):
-            self._json(400, {"error": {"message": "request body is not JSON", "type": "invalid_request_error"}})
+            model = path_model or str(body.get("model") or "")
+            messages = request_messages(route, body)
+        except (ValueError, TypeError, AttributeError):
+            self._json(400, google_error(400, "Invalid JSON payload received.") if google else
+                       {"error": {"message": "request body is not JSON", "type": "invalid_request_error"}})
+            return
+        if route != "chat" and owner.provider is not None and owner.provider.spec(model, route) is None:
+            self._json(404, not_found(route, model))
             return
         try:
-            self.server.owner.answer(self, body, messages)
+            owner.answer(self, body, messages, route=route, model=model)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (e.g. after a hang)
 
@@ -271,15 +244,19 @@ class _HTTPServer(ThreadingHTTPServer):
 
 
 class FaultServer:
-    """The server, run in a background thread. Use as a context manager or start()/stop()."""
+    """The server, run in a background thread. Use as a context manager or start()/stop().
+    `provider`: True or a `ProviderPlan` turns on the hosted-provider emulation (module doc)."""
 
     def __init__(self, plan: FaultPlan | None = None, host: str = "127.0.0.1", port: int = 0,
                  api_key: str | None = None, models: list[dict[str, Any]] | None = None,
-                 expert: dict[str, list[str]] | None = None):
+                 expert: dict[str, list[str]] | None = None, provider: bool | ProviderPlan | None = None):
         self.plan = plan or FaultPlan()
         self.expert = {k.strip(): list(v) for k, v in (expert or {}).items()}  # expert reply mode
         self.api_key = api_key
-        self.models = list(models) if models is not None else [{"id": "fault", "object": "model"}]
+        settings = provider if isinstance(provider, ProviderPlan) else ProviderPlan() if provider else None
+        self.provider = Provider(settings, self._reply) if settings is not None else None
+        default = Provider.listing()["data"] if self.provider else [{"id": "fault", "object": "model"}]
+        self.models = list(models) if models is not None else default
         self._httpd = _HTTPServer((host, port), _Handler)
         self._httpd.owner = self
         self._thread: threading.Thread | None = None
@@ -300,6 +277,11 @@ class FaultServer:
     @property
     def api_base(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def gemini_base(self) -> str:
+        """The `api_base` for litellm's `gemini/<model>` (Google AI Studio's v1beta API)."""
+        return f"http://127.0.0.1:{self.port}/v1beta"
 
     def start(self) -> "FaultServer":
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
@@ -324,7 +306,8 @@ class FaultServer:
     # -- accounting -----------------------------------------------------------------
     def counts(self) -> dict[str, Any]:
         """requests, ok, one count per injected fault (zeros included), `faults` (their sum),
-        the total injected latency and the most requests in flight at once."""
+        the total injected latency and the most requests in flight at once; with the provider
+        emulation, `billed` (its ledger: provider.Ledger.snapshot)."""
         with self._lock:
             out: dict[str, Any] = {"requests": self._counts["requests"], "ok": self._counts["ok"]}
             for name in FAULTS:
@@ -333,6 +316,8 @@ class FaultServer:
             out["over_limit"] = self._counts["over_limit"]
             out["latency_total_s"] = round(self._latency_total, 6)
             out["max_in_flight"] = self._max_in_flight
+        if self.provider is not None:
+            out["billed"] = self.provider.counts()
         return out
 
     def reset(self) -> None:
@@ -342,6 +327,8 @@ class FaultServer:
             self._latency_total = 0.0
             self._max_in_flight = 0
             self._admitted.clear()
+        if self.provider is not None:
+            self.provider.reset()
 
     def over_limit(self) -> float | None:
         """None if a request may be answered now (and counts it in the window), else the
@@ -360,20 +347,31 @@ class FaultServer:
             self._counts["requests"] += 1
             return self._admitted[0] + self.plan.limit_window_s - now
 
-    def authorized(self, handler: _Handler) -> bool:
-        return self.api_key is None or handler.headers.get("Authorization") == f"Bearer {self.api_key}"
+    def authorized(self, handler: _Handler, google: bool = False) -> bool:
+        """The request carries the server's key: a bearer token (OpenAI), or Google's
+        `x-goog-api-key` header or `key=` query parameter."""
+        if self.api_key is None:
+            return True
+        if google:
+            return self.api_key in (handler.headers.get("x-goog-api-key"), _query_key(handler))
+        return handler.headers.get("Authorization") == f"Bearer {self.api_key}"
 
     # -- one request ------------------------------------------------------------------
-    def answer(self, handler: _Handler, body: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+    def answer(self, handler: _Handler, body: dict[str, Any], messages: list[dict[str, Any]],
+               route: str = "chat", model: str | None = None) -> None:
+        model = str(body.get("model") or "") if model is None else model
+        spec = self.provider.spec(model, route) if self.provider is not None else None
+        google = route == "gemini"
         wait = self.over_limit()
         if wait is not None:
-            handler._json(429, _error("rate limit reached: too many requests in the window (injected)",
-                                      "rate_limit_exceeded"),
+            message = "rate limit reached: too many requests in the window (injected)"
+            self._unbilled(spec, 429)
+            handler._json(429, google_error(429, message) if google else _error(message, "rate_limit_exceeded"),
                           {"Retry-After": str(max(1, math.ceil(wait))),
                            "retry-after-ms": str(max(1, math.ceil(wait * 1000)))})
             return
-        key = content_key(body)
-        last = str(messages[-1].get("content") or "") if messages else ""
+        key = content_key({**body, "model": model} if google else body, emulated=spec is not None)
+        last = text_of(messages[-1].get("content")) if messages else ""
         with self._lock:
             attempt = self._seen[key]
             self._seen[key] += 1
@@ -381,7 +379,7 @@ class FaultServer:
             self._in_flight += 1
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
         fault = self.plan.choose(key, attempt, last)
-        if not self.authorized(handler):
+        if not self.authorized(handler, google):
             fault = "auth_error"
         try:
             if self.plan.latency_s:
@@ -389,58 +387,52 @@ class FaultServer:
             with self._lock:
                 self._latency_total += self.plan.latency_s
                 self._counts[fault or "ok"] += 1
-            self._respond(handler, fault, body, messages)
+            self._respond(handler, fault, body, messages, route, model)
         finally:
             with self._lock:
                 self._in_flight -= 1
 
-    def _respond(self, h: _Handler, fault: str | None, body: dict[str, Any],
-                 messages: list[dict[str, Any]]) -> None:
-        if fault == "rate_limit_retry_after":
-            h._json(429, _error("rate limit reached (injected)", "rate_limit_exceeded"),
-                    {"Retry-After": _fmt_seconds(self.plan.retry_after_s)})
-        elif fault == "rate_limit":
-            h._json(429, _error("rate limit reached (injected)", "rate_limit_exceeded"))
-        elif fault == "server_error":
-            h._json(500, _error("internal server error (injected)", "server_error"))
-        elif fault == "unavailable":
-            h._json(503, _error("service unavailable (injected)", "server_error"))
-        elif fault == "auth_error":
-            h._json(401, _error("Incorrect API key provided (injected)", "invalid_api_key"))
-        elif fault == "permission_denied":
-            h._json(403, _error("this key may not use this model (injected)", "permission_denied"))
-        elif fault == "model_not_found":
-            h._json(404, _error(f"The model `{body.get('model')}` does not exist (injected)",
-                                "model_not_found"))
-        elif fault == "bad_request":
-            h._json(400, _error("Unrecognized request argument (injected)", "invalid_request_error"))
-        elif fault == "context_window":
-            h._json(400, _error("This model's maximum context length is 4096 tokens. However, your "
-                                "messages resulted in 9000 tokens. (injected)", "context_length_exceeded"))
-        elif fault == "hang":
-            self._stopping.wait(self.plan.hang_s)
-            h.close_connection = True
-            h._json(504, _error("hung request (injected)", "timeout"))
+    def _unbilled(self, spec: Any, status: int) -> None:
+        if spec is not None and self.provider is not None:
+            self.provider.ledger.unbilled(spec.name, status)
+
+    def _respond(self, h: _Handler, fault: str | None, body: dict[str, Any], messages: list[dict[str, Any]],
+                 route: str = "chat", model: str = "") -> None:
+        spec = self.provider.spec(model, route) if self.provider is not None else None
+        google = route == "gemini"
+        if fault in _FAULT_ERRORS:
+            status, message, code = _FAULT_ERRORS[fault]
+            message = message.format(model=model)
+            headers = {"Retry-After": _fmt_seconds(self.plan.retry_after_s)} \
+                if fault == "rate_limit_retry_after" else None
+            if fault == "hang":
+                self._stopping.wait(self.plan.hang_s)
+                h.close_connection = True
+            if google and fault == "auth_error":
+                sent = h.headers.get("x-goog-api-key") or _query_key(h)
+                status, message = (401, GOOGLE_BAD_KEY) if sent else (403, GOOGLE_NO_KEY)
+            self._unbilled(spec, status)
+            h._json(status, google_error(status, message) if google else _error(message, code), headers)
+            return
+        text = "" if fault == "empty_content" else NO_ACTION_REPLY if fault == "no_action" else None
+        if spec is not None and self.provider is not None:
+            handle = {"chat": self.provider.chat, "gemini": self.provider.generate}.get(route)
+            status, obj = handle(spec, body, messages, text) if handle else self.provider.embed(spec, body)
         else:
-            if fault == "empty_content":
-                text = ""
-            elif fault == "no_action":
-                text = NO_ACTION_REPLY
-            else:
-                text = _apply_stop(self._reply(messages), body.get("stop"))
-            payload = json.dumps(_completion(body, messages, text)).encode()
-            if fault == "truncated_json":
-                payload = payload[: len(payload) // 2]
-            h._send(200, payload)
+            if text is None:
+                text = apply_stop(self._reply(messages), body.get("stop"))
+            status, obj = 200, _completion(body, messages, text)
+        payload = json.dumps(obj).encode()
+        if fault == "truncated_json" and status == 200:
+            payload = payload[: len(payload) // 2]
+        h._send(status, payload)
+
+    def _reply(self, messages: Sequence[dict[str, Any]], react_rate: float = 0.0) -> str:
+        return reply_for(messages, react_rate, self.expert or None)
 
 
-    def _reply(self, messages: list[dict[str, Any]]) -> str:
-        last = str(messages[-1].get("content") or "") if messages else ""
-        if self.expert and "Here is your task." in last:
-            action = expert_action(last, self.expert)
-            if action is not None:
-                return " " + action
-        return reply_for(messages)
+def _query_key(handler: _Handler) -> str | None:
+    return (parse_qs(urlsplit(handler.path).query).get("key") or [None])[0]
 
 
 def _fmt_seconds(s: float) -> str:
@@ -477,12 +469,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--hang", type=float, default=30.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--expert", help="JSON file {first observation: [expert actions]}: expert reply mode")
+    ap.add_argument("--provider", action="store_true", help="hosted-provider emulation (module doc)")
+    ap.add_argument("--reasoning-scale", type=float, default=1.0, help="ProviderPlan.reasoning_scale")
+    ap.add_argument("--react-rate", type=float, default=0.3, help="ProviderPlan.react_rate")
+    ap.add_argument("--api-key", help="answer 401 to requests without this key")
     args = ap.parse_args(argv)
     plan = FaultPlan.mixed(args.fault_rate, latency_s=args.latency, retry_after_s=args.retry_after,
                            hang_s=args.hang, seed=args.seed)
     expert = json.loads(open(args.expert, encoding="utf-8").read()) if args.expert else None
-    server = FaultServer(plan, port=args.port, expert=expert).start()
-    print(json.dumps({"api_base": server.api_base, "port": server.port, "plan": asdict(plan)}), flush=True)
+    provider = ProviderPlan(reasoning_scale=args.reasoning_scale, react_rate=args.react_rate,
+                            seed=args.seed) if args.provider else None
+    server = FaultServer(plan, port=args.port, expert=expert, provider=provider, api_key=args.api_key).start()
+    info: dict[str, Any] = {"api_base": server.api_base, "port": server.port, "plan": asdict(plan)}
+    if provider is not None:
+        info.update(gemini_base=server.gemini_base, provider=asdict(provider))
+    print(json.dumps(info), flush=True)
     try:
         while True:
             time.sleep(3600)
