@@ -106,7 +106,7 @@ _JUDGE_KEYS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "cos
 
 def episode_summary(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Recorded episodes, how many ended errored, and their first errors by kind."""
-    n = errored = empty = 0
+    n = errored = empty = writer = 0
     kinds: Counter[str] = Counter()
     judge: Counter[str] = Counter()
     judge_models: set[str] = set()
@@ -118,12 +118,15 @@ def episode_summary(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             kinds[error_kind(str(errors[0]))] += 1
         info = r.get("info") or {}
         empty += int(info.get("empty_actions", 0) or 0)
+        writer += int(bool(info.get("writer_error")))
         if isinstance(info.get("judge"), Mapping):  # envs graded by a judge model (HLE)
             for key in _JUDGE_KEYS:
                 judge[key] += info["judge"].get(key, 0) or 0
             judge_models.add(str(info["judge"].get("model", "")))
     out: dict[str, Any] = {"recorded": n, "errored": errored,
-                           "errors_by_kind": dict(sorted(kinds.items())), "empty_actions": empty}
+                           "errors_by_kind": dict(sorted(kinds.items())), "empty_actions": empty,
+                           # memories stored without the model-written summary (memrl.memory.writer)
+                           "writer_failures": writer}
     if judge_models:
         # the judge's own model use: not in the run's llm_totals, which count the solver client
         out["judge"] = {"models": sorted(judge_models),

@@ -151,8 +151,25 @@ class StopSignals:
         self.check()
 
 
+def writer_failed(record: Mapping[str, Any]) -> bool:
+    """The episode's memory was stored without its model-written summary (memrl.memory.writer)."""
+    return bool((record.get("info") or {}).get("writer_error"))
+
+
+def counts_against_error_rate(record: Mapping[str, Any]) -> bool:
+    """An episode that ended errored, or whose memory writer failed: both count against
+    `runner.max_error_rate`."""
+    return bool(record.get("errors")) or writer_failed(record)
+
+
 def _errored(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [r for r in records if r.get("errors")]
+    return [r for r in records if counts_against_error_rate(r)]
+
+
+def _first_problem(record: Mapping[str, Any]) -> str:
+    if record.get("errors"):
+        return str(record["errors"][0])
+    return f"the memory writer failed: {(record.get('info') or {}).get('writer_error')}"
 
 
 def error_rate_problem(records: Sequence[Mapping[str, Any]], *, epoch: int, batch: int,
@@ -167,16 +184,18 @@ def error_rate_problem(records: Sequence[Mapping[str, Any]], *, epoch: int, batc
     if not bad:
         return None
     n = len(records)
-    first = str(bad[0]["errors"][0])[:300]
+    first = _first_problem(bad[0])[:300]
     fix = ("fix the cause and run the same command to continue "
            "(or raise runner.max_error_rate)")
     if n >= 2 and len(bad) > max_rate * n:
         return (f"runner.max_error_rate: {len(bad)} of the {n} episodes of batch {batch} of "
-                f"epoch {epoch} ended errored (more than {max_rate:.0%}); first error: {first}; {fix}")
+                f"epoch {epoch} ended errored or lost their memory's summary (more than "
+                f"{max_rate:.0%}); first error: {first}; {fix}")
     total = errored_before + len(bad)
     if total > max_rate * epoch_size:
         return (f"runner.max_error_rate: {total} of the {epoch_size} episodes of epoch {epoch} "
-                f"ended errored (more than {max_rate:.0%}); latest error: {first}; {fix}")
+                f"ended errored or lost their memory's summary (more than {max_rate:.0%}); latest "
+                f"error: {first}; {fix}")
     return None
 
 

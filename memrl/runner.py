@@ -61,7 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
 from memrl import recovery
-from memrl.guards import BUDGET, FAILED, STORAGE, Gate, RunRefused, RunStopped
+from memrl.guards import BUDGET, FAILED, STORAGE, Gate, RunRefused, RunStopped, counts_against_error_rate
 from memrl.launches import Launch, LaunchLog, first_launches
 from memrl.live import RunTally, progress_enabled
 from memrl.llm.client import LLMClient
@@ -407,14 +407,14 @@ class Runner:
 
     def _errored_so_far(self, path: Path, epoch: int) -> int:
         """Errored episodes of `epoch` already committed to `path` (a resumed epoch)."""
-        return sum(1 for r in iter_jsonl(path) if int(r["epoch"]) == epoch and r.get("errors"))
+        return sum(1 for r in iter_jsonl(path) if int(r["epoch"]) == epoch and counts_against_error_rate(r))
 
     def _train_epoch(self, pool: ThreadPoolExecutor, epoch: int, batches: list[list[Task]],
                      todo: list[int]) -> Checkpoint:
         total = sum(map(len, batches))
         done = total - sum(len(batches[b]) for b in todo)
         bar = self._progress(total, done, f"epoch {epoch}/{self.s.epochs}")
-        errored = self.tally.epoch(epoch).errored  # committed before (a resumed epoch)
+        errored = self.tally.epoch(epoch).rate_errors  # committed before (a resumed epoch)
         try:
             for b in todo:
                 batch = batches[b]
@@ -510,7 +510,7 @@ class Runner:
         span = f"epoch {epochs[0]}/{self.s.epochs}" if len(epochs) == 1 else \
             f"epochs {epochs[0]}-{epochs[-1]}/{self.s.epochs}"
         bar = self._progress(total * len(epochs), total * len(epochs) - remaining, span)
-        errored = {e: self.tally.epoch(e).errored for e in epochs}  # committed before (resumed)
+        errored = {e: self.tally.epoch(e).rate_errors for e in epochs}  # committed before (resumed)
         in_flight: dict[Future, Launch] = {}
         finished: dict[tuple[int, str], tuple[EpisodeRecord, LearnItem, Launch]] = {}
         stop: RunStopped | None = None

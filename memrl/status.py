@@ -4,7 +4,8 @@
 One row per run directory found at or below the folders (a run, a sweep, `runs/`): its
 status as the run card says it (running, interrupted, finished), the epochs done (complete
 epochs: every task has a record) of those configured, Last (SR of the last complete epoch)
-and CSR, the episodes that ended errored, the spend recorded in its episodes (a cached
+and CSR, the episodes that ended errored, the memories stored without their model-written
+summary (`writer`), the spend recorded in its episodes ("+?": some model had no price; a cached
 answer keeps the cost it had when it was paid for; runs from before episodes carried a cost
 show the run card's paid total), and how long ago the run last wrote. A "running" run that
 has not written for long may have been killed without a chance to say so.
@@ -43,9 +44,12 @@ def run_status(rd: RunDir, now: float | None = None) -> dict[str, Any]:
     out["n_tasks"] = int(card.get("n_tasks") or 0)
     out["episodes"] = len(records)
     out["errored"] = sum(1 for r in records if r.errors)
+    # memories stored without their model-written summary (memrl.memory.writer)
+    out["writer_failures"] = sum(1 for r in records if (r.info or {}).get("writer_error"))
     recorded = sum(float(r.cost_usd or 0.0) for r in records)
     paid = float((card.get("llm_totals") or {}).get("cost_usd") or 0.0)
     out["spend_usd"] = recorded if recorded or not paid else paid
+    out["unpriced"] = list(card.get("unpriced") or [])
     out["epochs_done"], out["last"], out["csr"] = 0, None, None
     if records:
         tasks, epochs, S = success_matrix(records, allow_missing=True)
@@ -74,18 +78,19 @@ def ago(seconds: float | None) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'status':<12} {'epochs':>7} {'Last':>6} {'CSR':>6} {'errored':>8} {'spend':>10} "
-            f"{'written':>9}  run")
+    head = (f"{'status':<12} {'epochs':>7} {'Last':>6} {'CSR':>6} {'errored':>8} {'writer':>7} "
+            f"{'spend':>11} {'written':>9}  run")
     lines = [head]
     for r in rows:
         if "error" in r:
-            lines.append(f"{'unreadable':<12} {'':>7} {'':>6} {'':>6} {'':>8} {'':>10} {'':>9}  "
+            lines.append(f"{'unreadable':<12} {'':>7} {'':>6} {'':>6} {'':>8} {'':>7} {'':>11} {'':>9}  "
                          f"{r['path']}: {r['error']}")
             continue
         f = (lambda v: "-" if v is None else f"{v:.3f}")
+        spend = "$" + format(r["spend_usd"], ".4f") + ("+?" if r.get("unpriced") else "")
         lines.append(f"{r['status']:<12} {str(r['epochs_done']) + '/' + str(r['epochs']):>7} "
-                     f"{f(r['last']):>6} {f(r['csr']):>6} {r['errored']:>8} "
-                     f"{'$' + format(r['spend_usd'], '.4f'):>10} {ago(r['idle_s']):>9}  "
+                     f"{f(r['last']):>6} {f(r['csr']):>6} {r['errored']:>8} {r.get('writer_failures', 0):>7} "
+                     f"{spend:>11} {ago(r['idle_s']):>9}  "
                      f"{r['env']}/{r['method']} seed {r['seed']}  {r['path']}")
     return "\n".join(lines)
 

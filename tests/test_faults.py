@@ -210,8 +210,9 @@ def test_error_kinds_and_episode_summary():
     assert error_kind(line) == "LLMError:ServiceUnavailableError"
     assert error_kind("env crash: KeyError: 'x'") == "env crash"
     summary = episode_summary([{"errors": [line], "info": {"empty_actions": 2}},
-                               {"errors": [], "info": {"empty_actions": 1}}, {"errors": []}])
-    assert summary == {"recorded": 3, "errored": 1, "empty_actions": 3,
+                               {"errors": [], "info": {"empty_actions": 1, "writer_error": "writer: x"}},
+                               {"errors": []}])
+    assert summary == {"recorded": 3, "errored": 1, "empty_actions": 3, "writer_failures": 1,
                        "errors_by_kind": {"LLMError:ServiceUnavailableError": 1}}
 
 

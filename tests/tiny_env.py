@@ -70,3 +70,13 @@ def slow_reply(request) -> str:
     delay is not part of the config, so the same command can be run fast or slow)."""
     time.sleep(float(os.environ.get("TINY_REPLY_DELAY", "0")))
     return reply(request)
+
+
+def mute_writer(request) -> str:
+    """`reply`, but an empty answer to the memory writer's prompts of tasks t1 and t2 (their
+    memories are then stored without the written summary; t0, whose intent the preflight
+    asks about, is answered)."""
+    last = request.messages[-1][1]
+    if last.rstrip().endswith(("Reflection:", "1.")) and any(INTENTS[i] in last for i in (1, 2)):
+        return ""
+    return reply(request)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from memrl.llm.base import LLMError
+from memrl.llm.base import LLMError, ModelProbe
 from memrl.records import EpisodeResult
 
 if TYPE_CHECKING:
@@ -48,11 +48,23 @@ def _first_lines(text: str, max_lines: int) -> str:
     return "\n".join(lines[:max_lines])
 
 
+# the writer's answer budget, as the config spells it (named by a budget that ran out)
+BUDGET_KEY = "memory.writer.max_tokens"
+# what the preflight's writer call shows as the attempt (memrl.preflight)
+SAMPLE_ATTEMPT = "> look\nYou are in the middle of a room. Nothing happens.\n> inventory\nYou are not carrying anything."
+
+
 @dataclass
 class ExperienceWriter:
     max_trajectory_chars: int = 3000
     max_tokens: int = 160
     include_trajectory: bool = True
+
+    def probe(self, intent: str) -> ModelProbe:
+        """A reflection call like the ones `write` makes (memrl.preflight)."""
+        return ModelProbe(role="llm", purpose="write-reflection",
+                          prompt=REFLECTION_PROMPT.format(intent=intent, trajectory=SAMPLE_ATTEMPT),
+                          answer_tokens=self.max_tokens, budget_key=BUDGET_KEY, stop=("\n\n",))
 
     def write(self, intent: str, result: EpisodeResult, llm: "EpisodeLLM | None") -> dict:
         """Returns {"experience", "kind", "error"}; a failed model call still yields an entry."""
@@ -64,10 +76,12 @@ class ExperienceWriter:
         if llm is not None:
             try:
                 summary = llm.complete(prompt, purpose=f"write-{kind}", max_tokens=self.max_tokens,
-                                       stop=("\n\n",))
+                                       stop=("\n\n",), budget_key=BUDGET_KEY)
             except LLMError as exc:
                 error = f"writer: {exc}"
         summary = _first_lines(summary, 6)
+        if llm is not None and error is None and not summary:
+            error = f"writer: the model's {kind} was empty"
         if result.success:
             head = f"Task: {intent}\nOutcome: solved\nPlan:\n1. {summary}" if summary else \
                 f"Task: {intent}\nOutcome: solved"
