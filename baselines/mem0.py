@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from memrl.cache import default_cache_dir
+from memrl.llm.base import ModelProbe
 from memrl.memory.base import EntryMemory, LearnItem, NewMemory
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.writer import format_trajectory
@@ -144,6 +145,9 @@ disable_telemetry()
 
 
 # ------------------------------------------------------------------- mem0 adapters
+BUDGET_KEY = "memory.llm_max_tokens"  # mem0's extraction answer budget
+
+
 class _Binding:
     """What mem0's model calls go through: the `EpisodeLLM` of the add in progress."""
 
@@ -231,7 +235,7 @@ class ProjectLLM(LLMBase):
             prompt.append((str(m.get("role", "user")), content))
         wants_json = isinstance(response_format, dict) and response_format.get("type") == "json_object"
         text = binding.current.complete(prompt, purpose="mem0-add" if wants_json else "mem0",
-                                        max_tokens=binding.max_tokens)
+                                        max_tokens=binding.max_tokens, budget_key=BUDGET_KEY)
         if wants_json:
             try:
                 parse_extraction(text)
@@ -383,6 +387,13 @@ class Mem0Memory(EntryMemory):
                 experience=str(r.get("memory", "")), q=0.0, similarity=float(cosine), score=score,
                 success=bool(success) if success is not None else None))
         return out
+
+    def model_probes(self, task: Task) -> list[Any]:
+        """A JSON extraction call at mem0's budget, like the ones mem0 makes in `apply`."""
+        prompt = ("Extract the facts worth remembering from this exchange and return JSON "
+                  '{"facts": [...]}.\nuser: ' + task.intent.strip() + "\nassistant: (attempt recorded)")
+        return [ModelProbe(role="llm", purpose="mem0-add", prompt=prompt, answer_tokens=self.s.llm_max_tokens,
+                           budget_key=BUDGET_KEY)]
 
     # ------------------------------------------------------------------- learn
     def digest(self, task: Task, result: EpisodeResult, *, epoch: int,

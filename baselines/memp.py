@@ -56,11 +56,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from memrl.llm.base import LLMError
+from memrl.llm.base import LLMError, ModelProbe
 from memrl.memory.base import BankedMemory, LearnItem, NewMemory
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.bank import BankSettings
-from memrl.memory.writer import format_trajectory
+from memrl.memory.writer import SAMPLE_ATTEMPT, format_trajectory
 from memrl.records import EpisodeResult, RetrievedMemory, Task
 
 if TYPE_CHECKING:
@@ -70,6 +70,9 @@ if TYPE_CHECKING:
 PURPOSE_SCRIPT = "memp-script"
 PURPOSE_KEYWORDS = "memp-keywords"
 PURPOSE_ADJUST = "memp-adjust"
+# each call's answer budget, as the config spells it (named by a budget that ran out)
+_KEYS = {PURPOSE_SCRIPT: "memory.writer.script_max_tokens", PURPOSE_KEYWORDS: "memory.writer.keyword_max_tokens",
+         PURPOSE_ADJUST: "memory.writer.adjust_max_tokens"}
 
 # ------------------------------------------------------------------------------- prompts
 SCRIPT_PROMPT = """Below is one attempt by an agent at a task. Turn it into a procedure that an agent could follow on other tasks of the same kind.
@@ -232,7 +235,8 @@ class MemPMemory(BankedMemory):
             try:
                 words = parse_keywords(llm.complete(prompt, purpose=PURPOSE_KEYWORDS,
                                                     max_tokens=self.s.writer.keyword_max_tokens,
-                                                    stop=("\n",)), self.s.max_keywords)
+                                                    stop=("\n",), budget_key=_KEYS[PURPOSE_KEYWORDS]),
+                                       self.s.max_keywords)
             except LLMError as exc:
                 error = f"keywords: {exc}"
         return (words or [intent.strip()]), error
@@ -283,18 +287,43 @@ class MemPMemory(BankedMemory):
         if llm is None:
             return "", None
         try:
-            reply = llm.complete(prompt, purpose=purpose, max_tokens=max_tokens, stop=("\n\n",))
+            reply = llm.complete(prompt, purpose=purpose, max_tokens=max_tokens, stop=("\n\n",),
+                                 budget_key=_KEYS[purpose])
         except LLMError as exc:
             return "", f"{purpose}: {exc}"
         return parse_procedure(reply, self.s.writer.max_script_lines), None
 
+    @staticmethod
+    def script_prompt(intent: str, success: bool, trajectory: str) -> str:
+        return SCRIPT_PROMPT.format(
+            intent=intent.strip(), trajectory=trajectory or "(no actions)",
+            result="the task was completed" if success else "the task was not completed",
+            hint="" if success else SCRIPT_FAILURE_HINT)
+
     def write_script(self, intent: str, result: EpisodeResult, trajectory: str,
                      llm: "EpisodeLLM | None") -> tuple[str, str | None]:
-        prompt = SCRIPT_PROMPT.format(
-            intent=intent.strip(), trajectory=trajectory or "(no actions)",
-            result="the task was completed" if result.success else "the task was not completed",
-            hint="" if result.success else SCRIPT_FAILURE_HINT)
+        prompt = self.script_prompt(intent, result.success, trajectory)
         return self._ask(llm, prompt, PURPOSE_SCRIPT, self.s.writer.script_max_tokens)
+
+    def model_probes(self, task: Task) -> list[Any]:
+        """Each kind of call the configured variant makes (memrl.preflight)."""
+        w, out = self.s.writer, []
+        if self.s.retrieve == "keyword_average":
+            out.append(ModelProbe(role="llm", purpose=PURPOSE_KEYWORDS, stop=("\n",),
+                                  prompt=KEYWORD_PROMPT.format(n=self.s.max_keywords, intent=task.intent.strip()),
+                                  answer_tokens=w.keyword_max_tokens, budget_key=_KEYS[PURPOSE_KEYWORDS]))
+        if self.s.build != "trajectory":
+            out.append(ModelProbe(role="llm", purpose=PURPOSE_SCRIPT, stop=("\n\n",),
+                                  prompt=self.script_prompt(task.intent, False, SAMPLE_ATTEMPT),
+                                  answer_tokens=w.script_max_tokens, budget_key=_KEYS[PURPOSE_SCRIPT]))
+        if self.s.update == "adjustment":
+            out.append(ModelProbe(role="llm", purpose=PURPOSE_ADJUST, stop=("\n\n",),
+                                  prompt=ADJUST_PROMPT.format(memory_intent=task.intent.strip(),
+                                                              memory_text="1. Look around.",
+                                                              intent=task.intent.strip(),
+                                                              trajectory=SAMPLE_ATTEMPT),
+                                  answer_tokens=w.adjust_max_tokens, budget_key=_KEYS[PURPOSE_ADJUST]))
+        return out
 
     def revise(self, memory: RetrievedMemory, intent: str, trajectory: str,
                llm: "EpisodeLLM | None") -> tuple[str, str | None]:

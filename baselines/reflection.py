@@ -75,6 +75,9 @@ class ReflectionMemory(BankedMemory):
                     "kind": "attempt", "error": None}
         return self.writer.write(task.intent, result, llm)  # reflection + the failed attempt
 
+    def model_probes(self, task: Task) -> list[Any]:
+        return [self.writer.probe(task.intent)]
+
     def plan(self, items: list[LearnItem]) -> BankUpdate:
         return BankUpdate(add=self.new_entries(items))  # an entry replaces the task's previous one
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from memrl.llm.base import LLMError
+from memrl.llm.base import LLMError, ModelProbe
 from memrl.memory.base import LearnItem, NewMemory
 from memrl.memory.bank import BankSettings
 from memrl.memory.memrl import WriterSettings
@@ -111,13 +111,21 @@ class SelfRAGMemory(SimilarityMemory):
         if llm is None:
             return default, "default:no-model"
         try:
-            reply = llm.complete(prompt, purpose=purpose, max_tokens=self.s.judge_max_tokens)
+            reply = llm.complete(prompt, purpose=purpose, max_tokens=self.s.judge_max_tokens,
+                                 budget_key="memory.judge_max_tokens")
         except LLMError:
             return default, "default:error"
         verdict = parse_yes_no(reply)
         if verdict is None:
             return default, "default:" + reply.strip()[:40]
         return verdict, "yes" if verdict else "no"
+
+    def model_probes(self, task: Task) -> list[Any]:
+        """The yes/no verdict (at its 4 tokens) and the writer's call (memrl.preflight)."""
+        return [ModelProbe(role="llm", purpose="self-rag-retrieve",
+                           prompt=RETRIEVE_PROMPT.format(intent=task.intent.strip()),
+                           answer_tokens=self.s.judge_max_tokens, budget_key="memory.judge_max_tokens"),
+                self.writer.probe(task.intent)]
 
     def select(self, task: Task, candidates: list[RetrievedMemory], *,
                llm: "EpisodeLLM | None") -> list[RetrievedMemory]:

@@ -15,7 +15,8 @@ there is no model to size the pool by), ``tasks()``, ``solve(...)`` and ``close(
 the run card and the run's guards, ``sandbox_facts()`` (what confines its episodes),
 ``data_skipped()`` (task data left out while listing, each with its reason) and
 ``model_clients()`` (model clients the env keeps of its own, e.g. a judge: the run preflights
-them, counts their spend and stops on their fatal errors).
+them, counts their spend and stops on their fatal errors) and ``model_probes(task, llm)``
+(one call of each kind its agent and judge make, as they make it: the preflight sends them).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from memrl.llm.base import ModelProbe
 from memrl.records import EpisodeResult, RetrievedMemory, Task
 
 if TYPE_CHECKING:
@@ -146,6 +148,13 @@ class Env(ABC):
         """Model clients of the env's own, by the config key that sets them up (e.g.
         ``{"env.judge": client}``); default none."""
         return {}
+
+    def model_probes(self, task: Task, llm: "EpisodeLLM") -> list[ModelProbe]:
+        """The calls an episode of `task` makes, one per purpose, with their real prompt shape,
+        budget and stop sequences (memrl.preflight sends them before the first batch; `llm`
+        says what the model takes, e.g. `honors_stop`). Default none: the preflight then asks
+        each model a one-word question at its default budget."""
+        return []
 
     def close(self) -> None:
         """Release what the env holds between episodes (servers, caches); default nothing."""

@@ -82,7 +82,9 @@ class MiniLMEmbedder:
 
 
 class LiteLLMEmbedder:
-    """API embeddings through `litellm.embedding` (e.g. `text-embedding-3-large`)."""
+    """API embeddings through `litellm.embedding` (e.g. `text-embedding-3-large`). What each
+    request was billed (its prompt tokens at litellm's input price; `priced` false for a model
+    litellm has no price for) is counted in `totals()`, which the run's spend includes."""
 
     def __init__(
         self,
@@ -101,6 +103,42 @@ class LiteLLMEmbedder:
         self.max_retries = int(max_retries)
         self.model_id = f"{model}@{self.api_base}" if self.api_base else model
         self._dim: int | None = None  # the model's own, learnt from its first answer
+        self._totals_lock = threading.Lock()
+        self._totals = {"requests": 0, "prompt_tokens": 0, "cost_usd": 0.0, "unpriced_calls": 0}
+        self.last_usage: dict[str, Any] = {}
+        self._price: float | None | bool = False  # not looked up yet
+
+    def key_problem(self) -> str | None:
+        from memrl.llm.litellm_backend import key_problem
+
+        return key_problem(self.api_key_env)
+
+    def _input_price(self, litellm: Any) -> float | None:
+        """USD per input token from litellm's price list (None: it has none)."""
+        if self._price is False:
+            try:
+                price = float(litellm.get_model_info(self.model).get("input_cost_per_token") or 0.0)
+            except Exception:
+                price = 0.0
+            self._price = price if price > 0 else None
+        return self._price  # type: ignore[return-value]
+
+    def _count(self, litellm: Any, resp: Any) -> None:
+        usage = getattr(resp, "usage", None)
+        raw = usage.get("prompt_tokens") if isinstance(usage, dict) else getattr(usage, "prompt_tokens", 0)
+        tokens = int(raw or 0)
+        price = self._input_price(litellm)
+        cost = tokens * price if price is not None else 0.0
+        with self._totals_lock:
+            self._totals["requests"] += 1
+            self._totals["prompt_tokens"] += tokens
+            self._totals["cost_usd"] += cost
+            self._totals["unpriced_calls"] += int(price is None and tokens > 0)
+            self.last_usage = {"prompt_tokens": tokens, "cost_usd": cost, "priced": price is not None}
+
+    def totals(self) -> dict[str, Any]:
+        with self._totals_lock:
+            return {**self._totals, "completion_tokens": 0, "model": self.model_id}
 
     @property
     def dim(self) -> int:
@@ -128,6 +166,7 @@ class LiteLLMEmbedder:
             reraise=True,
         )
         resp = retrying(litellm.embedding, **kwargs)
+        self._count(litellm, resp)  # paid: counted before anything else can fail
         items = sorted(resp.data, key=lambda d: d["index"])
         return np.asarray([d["embedding"] for d in items], dtype=np.float32)
 
@@ -198,6 +237,14 @@ class CachedEmbedder:
     @property
     def dim(self) -> int:
         return self.inner.dim
+
+    def totals(self) -> dict[str, Any]:
+        """The inner embedder's billed use (an API one's), with this cache's hits and misses."""
+        inner = getattr(self.inner, "totals", None)
+        out = dict(inner()) if callable(inner) else {"model": self.model_id}
+        with self._lock:
+            out.update(cache_hits=self.hits, cache_misses=self.misses)
+        return out
 
     @staticmethod
     def _key(text: str) -> str:

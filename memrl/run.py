@@ -31,6 +31,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from memrl.config import CONFIG_DIR, ConfigError, validate
+from memrl.llm.base import MissingKeyError
 from memrl.guards import EXIT_CONFIG, EXIT_FAILED, FAILED, INTERRUPTED, Gate, Interrupted, RunStopped, StopSignals, Tripwire
 from memrl.runcard import FINISHED, RunCard
 from memrl.rundir import RunDir
@@ -100,7 +101,7 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
     from memrl.build import build
     from memrl.logging_wandb import make_epoch_logger
     from memrl.metrics import compute_metrics, load_run, write_metrics
-    from memrl.preflight import preflight, run_clients
+    from memrl.preflight import check_keys, preflight, run_clients
     from memrl.runner import Runner
     from memrl.storage import writing
 
@@ -109,6 +110,7 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
     clients = run_clients(objs.llm, [objs.env, objs.eval_env])
     for client in clients.values():
         client.tripwire = tripwire
+    check_keys(clients, objs.embedder)  # before the embedder or any model is used: memrl: ..., exit 2
     tally = faults.FaultTally.attach(objs.llm) if objs.llm is not None else None
     with env_errors():
         tasks = objs.env.tasks()
@@ -129,7 +131,19 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
     logger = make_epoch_logger(cfg.get("logger"), run_dir=rd.root, config=config)
     zero_fail = v.metrics.forgetting_zero_fail  # how metrics.json reads an epoch with no failure
     budget = Budget(usd=v.llm.budget_usd, tokens=v.llm.budget_tokens)
-    meter = BudgetMeter(budget, clients=clients.values, prior=sessions_spend(card.sessions))
+    billed = [objs.embedder] if callable(getattr(objs.embedder, "totals", None)) else []
+    paying = lambda: [*clients.values(), *billed]  # noqa: E731 - every model that bills
+    meter = BudgetMeter(budget, clients=paying, prior=sessions_spend(card.sessions))
+    warn_unpriced(clients, budget)
+
+    def start() -> None:
+        """Before the first batch: the preflight (one call per purpose) and the model check."""
+        first = tasks[0]
+        episode = objs.llm.episode("preflight", None) if objs.llm is not None else None
+        probes = [*objs.env.model_probes(first, episode), *objs.memory.model_probes(first)]
+        checked = preflight(clients, probes, objs.embedder)
+        session["preflight"] = checked.rows()
+        card.check_models(checked.identities)
 
     def epoch_end(epoch: int) -> None:
         with writing(rd.metrics, "the metrics"):
@@ -138,7 +152,7 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
             logger.log_epoch(metrics or compute_metrics(load_run(rd), zero_fail=zero_fail), epoch)
 
     gate = Gate(max_error_rate=v.runner.max_error_rate, tripwire=tripwire, budget=meter,
-                signals=signals, on_start=lambda: card.check_models(preflight(clients)))
+                signals=signals, on_start=start)
     runner = Runner(rd, env=objs.env, memory=objs.memory, llm=objs.llm, settings=v.runner,
                     seed=v.seed, embed_intents=objs.embedder.embed, on_epoch_end=epoch_end, gate=gate)
     status, error = FAILED, None
@@ -161,7 +175,7 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
     finally:
         gc.unfreeze()  # a multirun's next job in this process may collect this one's objects
         try:
-            _close_session(card, session, status, error, objs, tally, meter, budget)
+            _close_session(card, session, status, error, objs, tally, meter, budget, clients)
         finally:
             logger.finish(status)
             objs.env.close()
@@ -171,11 +185,32 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
     return metrics
 
 
+def warn_unpriced(clients: dict[str, Any], budget: Any) -> None:
+    """Say at the start which models have no price (their spend is recorded as unpriced)."""
+    for role, client in clients.items():
+        profile = client.profile
+        if not profile.priced:
+            log.warning("%s (%s): litellm has no price for this model and the config gives none "
+                        "(%s.price_per_mtok_in / _out): its calls are recorded as unpriced%s", role,
+                        client.model_id, role, "; llm.budget_usd cannot count them" if budget.usd else "")
+
+
+def model_totals(clients: dict[str, Any], embedder: Any) -> dict[str, Any]:
+    """Each model's use in this session by its config key (the judge's and the embedder's
+    too: the `llm` totals are the solver's alone)."""
+    out = {role: c.totals() for role, c in clients.items()}
+    totals = getattr(embedder, "totals", None)
+    if callable(totals) and "requests" in (t := totals()):
+        out["embedder"] = t
+    return out
+
+
 def _close_session(card: RunCard, session: dict[str, Any], status: str, error: str | None,
-                   objs: Any, tally: Any, meter: Any, budget: Any) -> None:
+                   objs: Any, tally: Any, meter: Any, budget: Any, clients: dict[str, Any]) -> None:
     """Write the session's end into the run card. If the card cannot be written (the disk
     that stopped the run is full), a run stopping for another reason reports that reason,
     not the card's failure; a finished run reports the card."""
+    session["models"] = model_totals(clients, objs.embedder)
     try:
         card.end_session(session, status, llm=objs.llm.totals() if objs.llm else {},
                          faults=tally.counts() if tally is not None else {},
@@ -193,7 +228,7 @@ def main(cfg: DictConfig) -> None:
     rd = RunDir(HydraConfig.get().runtime.output_dir)
     try:
         metrics = execute(cfg, rd)
-    except ConfigError as exc:
+    except (ConfigError, MissingKeyError) as exc:
         print(f"memrl: {exc}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
     except RunStopped as exc:

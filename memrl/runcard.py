@@ -5,10 +5,14 @@ commit, model, embedder and data fingerprint, the task data left out and why
 (`data_skipped`), and what each model is (`model_identity`: per role, the identity the cache
 and the resume check key on, with the base URL it was served from); per session (each start
 of the same command) the model calls, cache hits, tokens and cost, the faults the model calls
-met (`faults`, see memrl.faults), what it spent (`spend`, every model client) and how the
-session ended (with the `error` that stopped it); and, over all sessions, `llm_totals`,
-`fault_totals`, `spend` against `budget`, the episodes recorded (`episodes`: how many, how
-many errored, by kind) and the run's `status`:
+met (`faults`, see memrl.faults), what it spent (`spend`, every model client and an API
+embedder), each model's own use by config key (`models`: calls, billed replies, prompt /
+completion / reasoning / provider-cached tokens, empty and cut replies, cost), the calls of
+its preflight (`preflight`: per purpose the budget sent, reasoning tokens, finish reason,
+cost) and how the session ended (with the `error` that stopped it); and, over all sessions,
+`llm_totals`, `fault_totals`, `spend` against `budget`, `unpriced` (models whose calls had no
+known price, so `spend` leaves them out), the episodes recorded (`episodes`: how many, how
+many errored, by kind, writer failures) and the run's `status`:
 
     running      a session is at work (or was killed without a chance to say otherwise)
     finished     every epoch is committed
@@ -315,6 +319,14 @@ class RunCard:
         self.data["llm_totals"] = totals(self.sessions)
         self.data["fault_totals"] = fault_kinds.sum_counts(s.get("faults", {}) for s in self.sessions)
         self.data["spend"] = sessions_spend(self.sessions).to_dict()
+        # models whose paid calls had no known price: the spend leaves them out (memrl.llm.profile)
+        unpriced = sorted({str(t.get("model") or role) for s in self.sessions
+                           for role, t in (s.get("models") or {}).items()
+                           if isinstance(t, dict) and int(t.get("unpriced_calls") or 0) > 0})
+        if unpriced:
+            self.data["unpriced"] = unpriced
+        else:
+            self.data.pop("unpriced", None)
         if budget is not None:
             self.data["budget"] = budget
         self.data["episodes"] = episodes_summary(self.run_dir)

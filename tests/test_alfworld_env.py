@@ -61,14 +61,16 @@ def existing_games() -> list[str]:
 
 
 class FakeLLM:
-    """The one method of EpisodeLLM the adapter uses; replies come from `reply(prompt, i)`."""
+    """What of EpisodeLLM the adapter uses; replies come from `reply(prompt, i)`."""
+
+    honors_stop = True  # a provider that takes stop sequences (the one-line reply is cut there)
 
     def __init__(self, reply):
         self._reply = reply
         self.prompts: list[str] = []
         self.kwargs: list[dict] = []
 
-    def complete(self, prompt, *, purpose, max_tokens=None, stop=()):
+    def complete(self, prompt, *, purpose, max_tokens=None, stop=(), **_):
         self.prompts.append(prompt)
         self.kwargs.append({"purpose": purpose, "max_tokens": max_tokens, "stop": stop})
         return self._reply(prompt, len(self.prompts) - 1)

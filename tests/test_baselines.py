@@ -300,7 +300,7 @@ def test_self_rag_unparseable_answers_take_the_documented_defaults(tmp_path):
             self.replies = replies
             self.purposes = []
 
-        def complete(self, prompt, *, purpose, max_tokens=None, stop=()):
+        def complete(self, prompt, *, purpose, max_tokens=None, stop=(), **_):
             self.purposes.append(purpose)
             return self.replies[len(self.purposes) - 1]
 

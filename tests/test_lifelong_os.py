@@ -77,7 +77,7 @@ class FakeLLM:
         self.replies = list(replies)
         self.prompts: list[str] = []
 
-    def complete(self, prompt, *, purpose, max_tokens=None, stop=(), temperature=None):
+    def complete(self, prompt, *, purpose, max_tokens=None, stop=(), temperature=None, **_):
         self.prompts.append(prompt)
         reply = self.replies.pop(0)
         if isinstance(reply, Exception):

@@ -294,7 +294,7 @@ class FakeLLM:
         self.reply = reply
         self.calls: list[tuple[str, str]] = []
 
-    def complete(self, prompt, *, purpose, max_tokens=None, stop=()):
+    def complete(self, prompt, *, purpose, max_tokens=None, stop=(), **_):
         self.calls.append((purpose, prompt))
         return self.reply(prompt, purpose)
 

@@ -192,16 +192,19 @@ def test_the_preflight_calls_each_model_once_and_names_the_one_that_fails(monkey
         def client(server):
             return LLMClient(LiteLLMBackend("openai/fault", api_base=server.api_base, api_key_env=KEY),
                              max_retries=2, backoff_base=0.001, backoff_max=0.01)
-        ids = preflight({"llm": client(good)})
+        ids = preflight({"llm": client(good)}).identities
         assert ids["llm"]["key"].startswith("openai/fault#") and ids["llm"]["api_base"] == good.api_base
-        with pytest.raises(PreflightError, match=r"env.judge \(openai/fault\): the preflight call failed "
-                                                 r"\(NotFoundError"):
+        with pytest.raises(PreflightError, match=r"env.judge \(openai/fault\): the preflight's probe "
+                                                 r"call: the call failed \(NotFoundError"):
             preflight({"llm": client(good), "env.judge": client(bad)})
         assert bad.counts()["requests"] == 1  # not retried
     with FaultServer(FaultPlan(rates={"empty_content": 1.0})) as mute:  # reached, answers nothing
-        reached = client(mute)
-        assert preflight({"llm": reached})["llm"]["key"].startswith("openai/fault#")
+        reached = client(mute)  # a run on it would record nothing but failures: refused
+        with pytest.raises(PreflightError, match=r"llm \(openai/fault\): the preflight's probe call: "
+                                                 r"the call failed .*empty content"):
+            preflight({"llm": reached})
         assert reached.totals()["failures"] == 1 and mute.counts()["requests"] == 3
+        assert reached.totals()["billed_replies"] == 3  # each empty reply was paid for
 
 
 @pytest.mark.slow
@@ -237,17 +240,19 @@ def test_a_model_error_no_retry_cures_stops_the_run_without_committing_the_batch
 def test_too_many_errored_episodes_stop_the_run_and_the_rate_is_no_resume_key(tmp_path):
     """runner.max_error_rate: a batch with more than half its episodes errored is not
     committed; the same command with a higher rate continues."""
-    plan = FaultPlan(sticky=[((INTENTS[0],), "unavailable"), ((INTENTS[1],), "unavailable")])
+    # t2 and t3 fail (not t0: the preflight asks the writer about the first task, and a model
+    # it cannot reach refuses the run before anything is played)
+    plan = FaultPlan(sticky=[((INTENTS[2],), "unavailable"), ((INTENTS[3],), "unavailable")])
     with FaultServer(plan) as server:
         run_dir = tmp_path / "run"
         args = [*fault_llm(server), "runner.epochs=1", "runner.batch_size=2", f"hydra.run.dir={run_dir}"]
         out = memrl_run(args, tmp_path, **{KEY: "k"})
-        assert out.returncode == 1 and "runner.max_error_rate: 2 of the 2 episodes of batch 0" in out.stderr
-        assert not read_episodes(RunDir(run_dir).episodes)
+        assert out.returncode == 1 and "runner.max_error_rate: 2 of the 2 episodes of batch 1" in out.stderr
+        assert [r.task_id for r in read_episodes(RunDir(run_dir).episodes)] == ["t0", "t1"]
         out = memrl_run([*args, "runner.max_error_rate=1.0"], tmp_path, **{KEY: "k"})
         assert out.returncode == 0, out.stderr[-2000:]
     records = read_episodes(RunDir(run_dir).episodes)
-    assert len(records) == 4 and {r.task_id for r in records if r.errors} == {"t0", "t1"}
+    assert len(records) == 4 and {r.task_id for r in records if r.errors} == {"t2", "t3"}
 
 
 def test_error_rate_rules():

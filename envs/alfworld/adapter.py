@@ -7,19 +7,19 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Sequence
 
-from memrl.llm.base import LLMError
+from memrl.llm.base import LLMError, ModelProbe
 from memrl.records import EpisodeResult, RetrievedMemory, Step, Task
 from memrl_envs.base import Env, Policy
 
 from . import catalog, speedups
 from .game import AlfworldGame, expert_rng_guard, seed_expert_rng, split_initial_observation
 from .prompts import (
-    INSTRUCTIONS,
     PROMPTS_FILENAME,
     STOP,
     build_prompt,
     default_prompts_file,
     format_task_start,
+    instruction_for,
     is_think,
     load_demonstrations,
     parse_action,
@@ -57,11 +57,24 @@ class ReactPolicy(AlfworldPolicy):
         super().__init__(settings, llm, memories)
         self.style = resolve_style(settings.demo_style, llm)  # act-only for embedded models
 
+    def prompt(self, demos: Sequence[str], task_start: str, transcript: Sequence[Step]) -> str:
+        return build_prompt(demos, self.memories, task_start, transcript,
+                            instruction=instruction_for(self.style, self.s.reply_format),
+                            memory_format=self.s.memory_format, reply_format=self.s.reply_format)
+
+    def stop(self) -> tuple[str, ...]:
+        """One line ends a `line` reply, where the provider takes stop sequences; a provider
+        that drops them (and a two-line format) gets none: the reply is parsed instead, so
+        a "Thought: / Action:" reply is never cut to its thought."""
+        if self.s.reply_format == "line" and self.llm is not None and self.llm.honors_stop:
+            return STOP
+        return ()
+
     def act(self, demos: Sequence[str], task_start: str, transcript: Sequence[Step],
             infos: dict) -> str:
-        prompt = build_prompt(demos, self.memories, task_start, transcript,
-                              instruction=INSTRUCTIONS[self.style], memory_format=self.s.memory_format)
-        reply = self.llm.complete(prompt, purpose="act", max_tokens=self.s.max_tokens, stop=STOP)
+        reply = self.llm.complete(self.prompt(demos, task_start, transcript), purpose="act",
+                                  max_tokens=self.s.max_tokens, stop=self.stop(),
+                                  budget_key="env.max_tokens")
         return parse_action(reply or "")
 
 
@@ -192,6 +205,17 @@ class AlfworldEnv(Env):
 
     def data_skipped(self) -> list[dict[str, str]]:
         return list(self._skipped)
+
+    def model_probes(self, task: Task, llm: "EpisodeLLM") -> list[ModelProbe]:
+        """The first step of `task` as the agent asks it (memrl.preflight)."""
+        if not self.policy_cls.needs_llm:
+            return []
+        policy = ReactPolicy(self.s, llm, [])
+        demos = self._demos.get((policy.style or "", task.payload.get("task_type", "")), [])
+        start = format_task_start(task.payload.get("room", ""), task.payload.get("task", task.intent))
+        return [ModelProbe(role="llm", purpose="act", prompt=policy.prompt(demos, start, []),
+                           answer_tokens=self.s.max_tokens, budget_key="env.max_tokens",
+                           stop=policy.stop())]
 
     # -- episodes --------------------------------------------------------------------
     def _entry_for(self, task: Task) -> catalog.GameEntry:

@@ -12,12 +12,20 @@ trajectories it could copy have none) and `react` for every other model.
 Memories are shown as episodes (`memrl_envs.memory_block.format_memories_as_episodes`): the
 task line and the `> action` / observation lines exactly as the current history is written,
 so that an earlier attempt at the same game reads as a continuation of the current episode.
+
+Reply formats (`REPLY_FORMATS`, `env.reply_format`): `line` (the default) asks for one command
+on the line after '>' (the stop sequence "\n" ends it where the provider takes stops);
+`thought_action` asks for two lines, "Thought: ..." and "Action: ...", as the official code's
+chat ReAct agent answers (`experiment=alfworld_official`). Either way `parse_action` reads the
+reply as the format allows: an `Action:` line, else a `>` line, else the first line that is not
+a thought; a reply of thoughts only is a think step, never played as a command.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -29,6 +37,7 @@ DEMO_STYLES = ("react", "act")
 MEMORY_FORMATS = ("episode", "text")
 TASK_MARKER = "Your task is to: "
 STOP = ("\n",)  # an action is one line
+REPLY_FORMATS = ("line", "thought_action")
 
 _COMMANDS = (
     "You control an agent inside a text-based simulation of a household. After each '>' "
@@ -45,6 +54,20 @@ _NO_EFFECT = ("A command the environment does not understand has no effect ('Not
 INSTRUCTION = _COMMANDS + _THINK + _NO_EFFECT  # with ReAct's demonstrations
 INSTRUCTION_ACT = _COMMANDS + _NO_EFFECT  # the same without thinking: act-only demonstrations
 INSTRUCTIONS = {"react": INSTRUCTION, "act": INSTRUCTION_ACT}
+# reply_format=thought_action: what replaces "after each '>' write exactly one command"
+THOUGHT_ACTION = ("Answer every turn with exactly two lines: first 'Thought: <your reasoning about "
+                  "the situation and your plan>', then 'Action: <one command>'. ")
+
+
+def instruction_for(style: str, reply_format: str = "line") -> str:
+    """The instruction text of a demonstration style and a reply format."""
+    if reply_format not in REPLY_FORMATS:
+        raise ValueError(f"reply_format: {' | '.join(REPLY_FORMATS)} (got {reply_format!r})")
+    text = INSTRUCTIONS[style]
+    if reply_format == "thought_action":
+        text = text.replace("After each '>' write exactly one command on a single line; the "
+                            "environment replies on the next line.\n", THOUGHT_ACTION + "\n")
+    return text
 
 
 def resolve_style(style: str, llm: object) -> str:
@@ -113,9 +136,12 @@ def build_prompt(
     history: Sequence[Step],
     instruction: str = INSTRUCTION,
     memory_format: str = "episode",
+    reply_format: str = "line",
 ) -> str:
     """The prompt of one step. `memory_format`: `episode` (each memory as an episode, see the
-    module docstring) or `text` (each memory's text as stored, the block other envs use)."""
+    module docstring) or `text` (each memory's text as stored, the block other envs use).
+    `reply_format`: `line` ends the prompt with '>' (the command follows it), `thought_action`
+    with a reminder of the two-line answer."""
     parts = [instruction]
     if demonstrations:
         head = (
@@ -135,16 +161,37 @@ def build_prompt(
         episode.append(f"> {step.action}")
         episode.append(step.observation)
     parts.append("Here is your task.\n" + "\n".join(episode))
+    if reply_format == "thought_action":
+        return "\n\n".join(parts) + "\nYour next turn (Thought: ..., then Action: ...):\n"
     return "\n\n".join(parts) + "\n>"
 
 
+_ACTION_LINE = re.compile(r"^[*_]*action[*_]*\s*:[*_]*\s*(.*)$", re.IGNORECASE)
+_THOUGHT_LINE = re.compile(r"^[*_]*(?:thought|thinking|reasoning)[*_]*\s*:[*_]*\s*(.*)$", re.IGNORECASE)
+
+
 def parse_action(reply: str) -> str:
-    """The first non-empty line of the model's reply, without a leading '>'."""
-    for line in reply.splitlines():
-        action = line.strip().lstrip(">").strip()
+    """The command in a reply (module doc): its first line that acts, read top down. A
+    thought line ("Thought: ...") is skipped; an "Action: <command>" line gives its command;
+    a line starting with '>' gives what follows; any other line is the command itself (the
+    line format's reply; later lines are the model imagining further turns). A reply of
+    thoughts only becomes `think: <the first thought>`, a step that changes nothing."""
+    thoughts = []
+    for raw in (reply or "").splitlines():
+        line = raw.strip().lstrip(">").strip()
+        if not line:
+            continue
+        thought = _THOUGHT_LINE.match(line)
+        if thought:
+            thoughts.append(thought.group(1).strip())
+            continue
+        action = _ACTION_LINE.match(line)
         if action:
-            return action
-    return ""
+            line = action.group(1).strip().lstrip(">").strip().strip("`").strip()
+            if not line:
+                continue
+        return line
+    return f"think: {thoughts[0]}" if thoughts and thoughts[0] else ""
 
 
 def is_think(action: str) -> bool:

@@ -26,7 +26,11 @@ class AlfworldSettings(EnvSettings):
     demo_style: Literal["auto", "react", "act"] = "auto"
     # episode: memories shown as episodes (task line, `> action` / observation) | text: as stored
     memory_format: Literal["episode", "text"] = "episode"
-    max_tokens: int = Field(64, ge=1, description="tokens per action reply")
+    max_tokens: int = Field(64, ge=1, description="tokens per action reply (a reasoning model gets "
+                            "headroom on top: memrl.llm.profile)")
+    # line: one command after '>' | thought_action: "Thought: ..." then "Action: ..." (the
+    # official code's chat ReAct format); either is parsed as the format allows (prompts.py)
+    reply_format: Literal["line", "thought_action"] = "line"
     intent_with_observation: bool = False
     cache_dir: str | None = no_effect(None)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from memrl.config import ConfigError
-from memrl.llm.base import LLMError
+from memrl.llm.base import LLMError, ModelProbe
 from memrl.records import EpisodeResult, RetrievedMemory, Step, Task
 from memrl_envs.base import Env, Policy
 from memrl_envs.sandbox import SandboxError, SandboxFitError
@@ -36,9 +36,12 @@ class CodePolicy(Policy):
 class ReactPolicy(CodePolicy):
     """An LLM writes the code (the env's prompt with the injected memories)."""
 
+    def prompt(self, problem: loader.BCBProblem) -> str:
+        return build_prompt(problem, self.s.split, self.memories)
+
     def reply(self, problem: loader.BCBProblem) -> str:
-        prompt = build_prompt(problem, self.s.split, self.memories)
-        return self.llm.complete(prompt, purpose="code", max_tokens=self.s.max_tokens)
+        return self.llm.complete(self.prompt(problem), purpose="code", max_tokens=self.s.max_tokens,
+                                 budget_key="env.max_tokens")
 
 
 class CanonicalPolicy(CodePolicy):
@@ -154,6 +157,14 @@ class BigCodeBenchEnv(Env):
             raise ValueError(f"task {task_id!r} is not one of this env's tasks") from None
 
     # -- episodes --------------------------------------------------------------------
+    def model_probes(self, task: Task, llm: "EpisodeLLM") -> list[ModelProbe]:
+        """The task's code call as the model agent makes it (memrl.preflight)."""
+        if not self.policy_cls.needs_llm:
+            return []
+        policy = ReactPolicy(self.s, llm, [])
+        return [ModelProbe(role="llm", purpose="code", prompt=policy.prompt(self.problem(task.task_id)),
+                           answer_tokens=self.s.max_tokens, budget_key="env.max_tokens")]
+
     def solve(self, task: Task, memories: Sequence[RetrievedMemory], llm: "EpisodeLLM | None",
               seed: int) -> EpisodeResult:
         problem = self.problem(task.task_id)

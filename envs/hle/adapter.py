@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from memrl.llm.base import LLMError
+from memrl.llm.base import LLMError, ModelProbe
 from memrl.llm.client import LLMClient
 from memrl.records import EpisodeResult, RetrievedMemory, Step, Task
 from memrl_envs.base import Env, Policy
@@ -30,6 +30,8 @@ from .settings import HLESettings, JudgeSettings
 
 if TYPE_CHECKING:
     from memrl.llm.client import EpisodeLLM
+
+ANSWER_BUDGET_KEY = "env.max_tokens"  # the solver's answer budget (null: llm.max_tokens)
 
 # outcome_detail -> the shared outcome
 OUTCOMES = {"correct": "success", "incorrect": "failure", "judge_error": "judge_error",
@@ -58,8 +60,11 @@ class ReactPolicy(AnswerPolicy):
         if q.has_image and not self.llm.supports_images:
             raise UnsupportedInput(f"question {q.id} has an image and the solver model "
                                    f"{self.llm.model_id} takes text only (no call made)")
-        messages = build_messages(q, self.memories, memory_max_chars=self.s.memory_max_chars)
-        return self.llm.complete(messages, purpose="answer", max_tokens=self.s.max_tokens)
+        return self.llm.complete(self.messages(q), purpose="answer", max_tokens=self.s.max_tokens,
+                                 budget_key=ANSWER_BUDGET_KEY if self.s.max_tokens else "llm.max_tokens")
+
+    def messages(self, q: HLEQuestion) -> list:
+        return build_messages(q, self.memories, memory_max_chars=self.s.memory_max_chars)
 
 
 class GoldPolicy(AnswerPolicy):
@@ -83,7 +88,7 @@ def _build_judge(judge: Any) -> Judge:
     settings = judge if isinstance(judge, JudgeSettings) else JudgeSettings.model_validate(dict(judge or {}))
     from memrl.llm.factory import build_client
 
-    return Judge(build_client(settings.client_config()), examples=settings.n_examples(),
+    return Judge(build_client(settings.client_config(), section="env.judge"), examples=settings.n_examples(),
                  json_mode=settings.json_mode, max_tokens=settings.max_tokens)
 
 
@@ -135,6 +140,20 @@ class HLEEnv(Env):
 
     def model_clients(self) -> Mapping[str, LLMClient]:
         return {"env.judge": self.judge.client}
+
+    def model_probes(self, task: Task, llm: "EpisodeLLM") -> list[ModelProbe]:
+        """The solver's answer (a model agent) and the judge's verdict on a reply in the
+        answer format, as the episode makes them (memrl.preflight)."""
+        q = self.question_of(task)
+        out = []
+        if self.policy_cls.needs_llm:
+            solver = ReactPolicy(self.s, llm, [])
+            if not (q.has_image and not llm.supports_images):
+                out.append(ModelProbe(role="llm", purpose="answer", prompt=solver.messages(q),
+                                      answer_tokens=self.s.max_tokens,
+                                      budget_key=ANSWER_BUDGET_KEY if self.s.max_tokens else "llm.max_tokens"))
+        out.append(self.judge.probe(q.question, gold_response(q), q.answer))
+        return out
 
     @staticmethod
     def _task(q: HLEQuestion) -> Task:

@@ -16,7 +16,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memrl.llm.base import LLMError
+from memrl.llm.base import LLMError, ModelProbe
+
+BUDGET_KEY = "env.judge.max_tokens"  # the verdict's answer budget
 
 if TYPE_CHECKING:
     from memrl.llm.client import EpisodeLLM, LLMClient
@@ -142,14 +144,23 @@ class Judge:
     def episode(self, sample_prefix: str, seed: int | None) -> "EpisodeLLM":
         return self.client.episode(f"{sample_prefix}/judge", seed)
 
-    def grade(self, llm: "EpisodeLLM", question: str, response: str, reference: str) -> Verdict:
-        prompt = build_prompt(question, response, reference, self.examples)
-        try:
-            raw = llm.complete(
-                prompt, purpose="judge", max_tokens=self.max_tokens,
+    def _call(self, question: str, response: str, reference: str) -> dict:
+        """The verdict call's arguments (one home for the judge's and the preflight's)."""
+        return {"prompt": build_prompt(question, response, reference, self.examples),
                 # worked examples put each verdict on one line; a bare model stops there
-                stop=("\n",) if self.examples else (),
-                response_format="json" if self.json_mode else None)
+                "stop": ("\n",) if self.examples else (),
+                "response_format": "json" if self.json_mode else None}
+
+    def probe(self, question: str, response: str, reference: str) -> ModelProbe:
+        """The verdict call as `grade` makes it (memrl.preflight)."""
+        return ModelProbe(role="env.judge", purpose="judge", answer_tokens=self.max_tokens,
+                          budget_key=BUDGET_KEY, **self._call(question, response, reference))
+
+    def grade(self, llm: "EpisodeLLM", question: str, response: str, reference: str) -> Verdict:
+        call = self._call(question, response, reference)
+        try:
+            raw = llm.complete(call.pop("prompt"), purpose="judge", max_tokens=self.max_tokens,
+                               budget_key=BUDGET_KEY, **call)
         except LLMError as exc:
             raise JudgeError(f"judge call failed: {exc}") from exc
         return parse_verdict(raw)

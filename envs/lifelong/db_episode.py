@@ -42,10 +42,15 @@ class Actor(Protocol):
 class LLMPolicy(Policy):
     """The LLM agent: the plain-text prompt, one completion per turn."""
 
-    def reply(self, task: DbTask, history: Sequence[Turn], last: ExecResult | None) -> str:
+    STOP = STOP
+
+    def prompt(self, task: DbTask, history: Sequence[Turn]) -> str:
         s = self.s
-        prompt = build_prompt(task, self.memories, history, s.prompt_rows, s.with_example)
-        return self.llm.complete(prompt, purpose="act", max_tokens=s.max_tokens, stop=STOP)
+        return build_prompt(task, self.memories, history, s.prompt_rows, s.with_example)
+
+    def reply(self, task: DbTask, history: Sequence[Turn], last: ExecResult | None) -> str:
+        return self.llm.complete(self.prompt(task, history), purpose="act", max_tokens=self.s.max_tokens,
+                                 stop=STOP, budget_key="env.max_tokens")
 
 
 class GoldPolicy(Policy):

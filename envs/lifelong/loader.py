@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
+from memrl.llm.base import ModelProbe
 from memrl.records import EpisodeResult, RetrievedMemory, Task, write_json_atomic
 
 if TYPE_CHECKING:
@@ -311,6 +312,15 @@ class TaskListing:
               seed: int) -> EpisodeResult:
         policy = self.new_policy(llm, memories)
         return self.run_episode(self.task(task.task_id), policy, injected=len(policy.memories))
+
+    def model_probes(self, task: Task, llm: "EpisodeLLM") -> list[ModelProbe]:
+        """The first turn of `task` as the model agent asks it (memrl.preflight)."""
+        if not self.policy_cls.needs_llm:
+            return []
+        policy = self.new_policy(llm, [])
+        return [ModelProbe(role="llm", purpose="act", prompt=policy.prompt(self.task(task.task_id), []),
+                           answer_tokens=self.s.max_tokens, budget_key="env.max_tokens",
+                           stop=policy.STOP)]
 
     def _load(self) -> dict[str, Any]:
         with self._lock:

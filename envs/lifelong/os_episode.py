@@ -66,10 +66,15 @@ class GoldPolicy(Policy):
 class LLMPolicy(Policy):
     """The model continues the episode's prompt with one action."""
 
-    def next_action(self, task: OsTask, history: Sequence[Step]) -> tuple[Action, str]:
+    STOP = STOP
+
+    def prompt(self, task: OsTask, history: Sequence[Step]) -> str:
         s = self.s
-        prompt = build_prompt(task.instruction, self.memories, history, s.command_timeout_s, s.with_example)
-        reply = self.llm.complete(prompt, purpose="act", max_tokens=s.max_tokens, stop=STOP)
+        return build_prompt(task.instruction, self.memories, history, s.command_timeout_s, s.with_example)
+
+    def next_action(self, task: OsTask, history: Sequence[Step]) -> tuple[Action, str]:
+        reply = self.llm.complete(self.prompt(task, history), purpose="act", max_tokens=self.s.max_tokens,
+                                  stop=STOP, budget_key="env.max_tokens")
         return parse_action(reply or ""), reply or ""
 
 

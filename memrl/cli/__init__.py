@@ -10,6 +10,7 @@
     memrl cache stats|clear|path|prompt  the cache folder; a model call's prompt (memrl/cli/cache.py)
     memrl keys [--hydra]                 which config keys do not change results (memrl/cli/keys.py)
     memrl plan [-m] [HYDRA OVERRIDES...] calls, tokens, cost, wall time before a run (memrl/plan.py)
+    memrl check [HYDRA OVERRIDES...]     the run's preflight only: one call per purpose, a table (memrl/cli/check.py)
     memrl db up|down|status              the Lifelong-DB MariaDB server (memrl_envs.lifelong.db_server)
     memrl rootfs build|path              the Lifelong-OS root file system (memrl_envs.lifelong.os_rootfs)
     memrl teach [HYDRA OVERRIDES...]     a teacher bank: the env's oracle plays once (memrl/teach.py)
@@ -63,6 +64,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "cache": _tool("memrl.cli.cache"),
     "keys": _tool("memrl.cli.keys"),
     "plan": _tool("memrl.plan"),
+    "check": _tool("memrl.cli.check"),
     "db": _tool("memrl_envs.lifelong.db_server", named=False),
     "rootfs": _tool("memrl_envs.lifelong.os_rootfs", named=False),
     "teach": _tool("memrl.teach", named=False),

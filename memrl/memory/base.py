@@ -30,6 +30,7 @@ from memrl.rundir import RunDir
 from .entry import BankUpdate, MemoryEntry
 
 if TYPE_CHECKING:
+    from memrl.llm.base import ModelProbe
     from memrl.llm.client import EpisodeLLM, LLMClient
 
 
@@ -111,6 +112,11 @@ class MemoryModule(ABC):
 
     def snapshot(self) -> list[dict[str, Any]]:
         """A comparable dump of the module's state (the bank), for tests and resume checks."""
+        return []
+
+    def model_probes(self, task: Task) -> list["ModelProbe"]:
+        """The model calls the module makes around an episode of `task` (writing, judging),
+        one per purpose, as it makes them (memrl.preflight); default none."""
         return []
 
     def bank_state(self, ids: list[str] | None) -> dict[str, dict[str, Any]] | None:

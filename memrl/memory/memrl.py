@@ -155,6 +155,10 @@ class MemRLMemory(BankedMemory):
             return None  # `plan` skips an errored episode: spend no writer call on it
         return self.writer.write(task.intent, result, llm if self.s.write_mode == "llm" else None)
 
+    def model_probes(self, task: Task) -> list[Any]:
+        """The writer's call (memrl.preflight), when memories are model-written."""
+        return [self.writer.probe(task.intent)] if self.needs_llm else []
+
     def reward(self, success: bool) -> float:
         return self.s.reward_success if success else self.s.reward_failure
 
