@@ -21,8 +21,12 @@ The model, per episode (means over the pilot's first epoch): `calls` model reque
 `--chars-per-token` (4). Injected characters per episode: the pilot's mean in epoch 1 for
 the share of epoch 1 the pilot covered, and, once the bank holds memories, the mean size of
 an injected memory (records carry each one's `chars`) times the most memories the pilot saw
-injected at once. Cost: litellm's price list for the model (when it knows it), else the
-pilot's cost per token. Wall time: per batch, the expected longest of `batch_size` episodes
+injected at once. Completion tokens include a reasoning model's hidden reasoning (the pilot
+measures them; they are also shown apart), and every billed try of a call (an empty reply
+that was retried) is in the pilot's records. Cost: the model's prices (memrl.llm.profile:
+the config's, else litellm's list), twice: with the share of prompt tokens the provider
+served from its prompt cache in the pilot (billed at the cached rate), and without any
+caching; else the pilot's cost per token; a model priced by neither is "unpriced", never $0. Wall time: per batch, the expected longest of `batch_size` episodes
 drawn from the pilot's calls per episode (stragglers), at most `max_concurrency` at once,
 times the pilot's seconds per uncached call (`--call-seconds` when the pilot was all cache
 hits), and never less than what `llm.rpm` / `llm.tpm` allow. It assumes episodes keep their
@@ -114,6 +118,9 @@ class Evidence:
     first_batches: list[tuple[int, int]] = field(default_factory=list)  # (batch, memories shown), epoch 1
     cost_per_token: float = 0.0
     pilot_calls: int = 0           # requests the pilot made (served from cache to the real run)
+    reasoning_per_call: float = 0.0  # of completion_per_call: hidden reasoning
+    cached_share: float = 0.0      # prompt tokens the provider served from its prompt cache
+    unpriced: bool = False         # the pilot's calls had no known price
 
 
 def _load(run_dir: Path) -> tuple[list[dict], dict]:
@@ -143,6 +150,10 @@ def evidence(run_dir: Path, source: str) -> Evidence:
     if calls:
         ev.prompt_per_call = sum(r["tokens"]["prompt"] for r in first) / calls
         ev.completion_per_call = sum(r["tokens"]["completion"] for r in first) / calls
+        ev.reasoning_per_call = sum(r["tokens"].get("reasoning", 0) for r in first) / calls
+        prompt = sum(r["tokens"]["prompt"] for r in first)
+        ev.cached_share = sum(r["tokens"].get("cached_prompt", 0) for r in first) / prompt if prompt else 0.0
+        ev.unpriced = any(c.get("unpriced") for r in first for c in r.get("model_calls") or [])
         # the prompt without memories: what was measured, less what injection added
         ev.injected_chars = mean(_chars(r["injected"]) for r in first)
     shown = [m for r in records for m in r["injected"]]
@@ -176,13 +187,23 @@ class RunPlan:
     concurrency: int
     source: str
     notes: list[str] = field(default_factory=list)
+    reasoning_tokens: int = 0        # of completion_tokens
+    cached_share: float = 0.0        # of prompt tokens, served from the provider's prompt cache
+    cost_usd_no_cache: float = 0.0   # the same without prompt caching
+    unpriced: bool = False           # no price known: the costs are not estimates
 
     def line(self) -> str:
         wall = "unknown (no uncached pilot call: pass --call-seconds)" if self.wall_s is None \
             else _duration(self.wall_s)
+        reasoning = f" (of which {self.reasoning_tokens:,} reasoning)" if self.reasoning_tokens else ""
+        if self.unpriced:
+            cost = "cost unpriced (no price for the model: set llm.price_per_mtok_in / _out)"
+        else:
+            cost = (f"${self.cost_usd:,.2f} with the pilot's prompt caching ({self.cached_share:.0%} of "
+                    f"prompt tokens cached), ${self.cost_usd_no_cache:,.2f} without")
         return (f"{self.run}\n  {self.tasks} tasks x {self.epochs} epochs = {self.tasks * self.epochs} episodes; "
                 f"{self.requests:,} model requests; {self.prompt_tokens:,} prompt + "
-                f"{self.completion_tokens:,} completion tokens; ${self.cost_usd:,.2f}; "
+                f"{self.completion_tokens:,} completion tokens{reasoning}; {cost}; "
                 f"wall {wall} at concurrency {self.concurrency}\n  from: {self.source}"
                 + "".join(f"\n  note: {n}" for n in self.notes))
 
@@ -215,19 +236,17 @@ def pool_calls(episodes: int, calls: float, sample: Sequence[int], width: int, d
     return episodes * calls / width + drains * drain
 
 
-def price_per_token(llm: Any) -> tuple[float, float] | None:
-    """(prompt, completion) USD per token from litellm's price list, None if it does not know."""
+def model_prices(llm: Any) -> Any:
+    """The model's prices (memrl.llm.profile.Prices: the config's, else litellm's list), None
+    when neither knows them or the model runs here."""
     if llm.backend != "litellm" or not llm.model:
         return None
-    try:
-        from memrl.llm.litellm_backend import import_litellm
+    from memrl.llm.profile import litellm_profile
 
-        litellm = import_litellm()
-        p, _ = litellm.cost_per_token(model=llm.model, prompt_tokens=1_000_000, completion_tokens=0)
-        _, c = litellm.cost_per_token(model=llm.model, prompt_tokens=0, completion_tokens=1_000_000)
-    except Exception:
+    try:
+        return litellm_profile(llm.model_dump()).prices
+    except ValueError:
         return None
-    return (p / 1e6, c / 1e6) if (p or c) else None
 
 
 def estimate(name: str, v: Any, n_tasks: int, ev: Evidence, *, chars_per_token: float = 4.0,
@@ -257,8 +276,15 @@ def estimate(name: str, v: Any, n_tasks: int, ev: Evidence, *, chars_per_token: 
         completion += N * ev.calls * ev.completion_per_call
     if v.memory_cls is not None and getattr(v.memory, "name", "none") != "none" and ev.max_injected == 0:
         notes.append("no memory was injected in the evidence: prompt growth is not modelled")
-    prices = price_per_token(v.llm)
-    cost = prompt * prices[0] + completion * prices[1] if prices else (prompt + completion) * ev.cost_per_token
+    prices = model_prices(v.llm)
+    share = min(1.0, max(0.0, ev.cached_share))
+    if prices is not None:
+        cost = prices.cost(round(prompt), round(completion), round(prompt * share))
+        no_cache = prices.cost(round(prompt), round(completion), 0)
+    else:
+        cost = no_cache = (prompt + completion) * ev.cost_per_token
+    unpriced = prices is None and ev.cost_per_token == 0 and v.llm.backend == "litellm" and \
+        (prompt + completion) > 0
     conc_cap = int(v.llm.max_concurrency)
     schedule = getattr(r, "schedule", "batch")
     spc = call_seconds if call_seconds is not None else ev.seconds_per_call
@@ -283,7 +309,9 @@ def estimate(name: str, v: Any, n_tasks: int, ev: Evidence, *, chars_per_token: 
         notes.append(f"{ev.seconds_per_call:.2f} s per model call (pilot)")
     return RunPlan(run=name, tasks=N, epochs=E, requests=round(requests), prompt_tokens=round(prompt),
                    completion_tokens=round(completion), cost_usd=cost, wall_s=wall, concurrency=conc,
-                   source=ev.source, notes=notes)
+                   source=ev.source, notes=notes,
+                   reasoning_tokens=round(requests * ev.reasoning_per_call), cached_share=share,
+                   cost_usd_no_cache=no_cache, unpriced=unpriced)
 
 
 # ------------------------------------------------------------------------------ pilots
@@ -379,9 +407,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m memrl.plan") 
     if len(plans) > 1:
         walls = [p.wall_s for p in plans]
         total_wall = _duration(sum(walls)) if all(w is not None for w in walls) else "unknown"  # type: ignore[arg-type]
+        unpriced = " (some runs unpriced)" if any(p.unpriced for p in plans) else ""
         print(f"total: {sum(p.requests for p in plans):,} model requests, "
               f"{sum(p.prompt_tokens + p.completion_tokens for p in plans):,} tokens, "
-              f"${sum(p.cost_usd for p in plans):,.2f}, wall {total_wall} one run after another "
+              f"${sum(p.cost_usd for p in plans):,.2f}{unpriced}, wall {total_wall} one run after another "
               "(before cache hits shared between runs)")
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(p) for p in plans], indent=2), encoding="utf-8")

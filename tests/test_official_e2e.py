@@ -92,8 +92,10 @@ def bank_of(run_dir: Path) -> dict[str, dict]:
 
 @pytest.mark.skipif(not ALFWORLD.is_dir(), reason=f"ALFWorld data not at {ALFWORLD}")
 def test_alfworld_official(tmp_path):
+    # the official 4,096-token budget and its two-line reply (no stop sequence) would have the
+    # embedded model write up to 4,096 tokens a step: a short budget keeps the test quick
     out, run_dir = run(["experiment=alfworld_official", "env.split=valid_seen", "env.max_tasks=2",
-                        "env.max_steps=2"], tmp_path, ALFWORLD_DATA=str(ALFWORLD))
+                        "env.max_steps=2", "env.max_tokens=48"], tmp_path, ALFWORLD_DATA=str(ALFWORLD))
     recs = check_official_run(out, run_dir, "alfworld")
     # the official retrieval text: the first observation (room description + task)
     assert all("Your task is to: " in r["intent"] and r["intent"].index("Your task is to") > 0 for r in recs)
