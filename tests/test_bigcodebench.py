@@ -223,6 +223,9 @@ def test_prompt_ends_in_an_open_python_fence_and_carries_memories():
     with_mem = build_prompt(problem, "instruct", [memory("Use collections.Counter.")])
     assert "Use collections.Counter." in with_mem and "earlier task: Sum a list" in with_mem
     assert with_mem.index("Use collections.Counter.") < with_mem.index(problem.instruct_prompt.strip())
+    # the static part first (a provider's prompt cache matches prefixes): the instruction, then
+    # the memories, then the task
+    assert with_mem.startswith(plain.split("\n\n")[0]) and plain.startswith("Write one self-contained")
     complete = build_prompt(problem, "complete", [])
     assert complete.endswith(FENCE + problem.complete_prompt)
     assert task_intent(problem, "instruct").startswith("Count the words")

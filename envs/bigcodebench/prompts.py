@@ -1,6 +1,9 @@
-"""The code-writing prompt: past experiences (injected memories), the task, and an opening
-```python fence, so a chat model answers with a code block and a base model (text completion)
-simply continues with code. The complete split puts the function header inside that fence.
+"""The code-writing prompt: the instruction, past experiences (injected memories), the task,
+and an opening ```python fence, so a chat model answers with a code block and a base model
+(text completion) simply continues with code. The complete split puts the function header
+inside that fence. What changes least comes first (the instruction is the same for every
+task, the memories for every task that retrieves them), so a provider's prompt cache, which
+matches a prompt's prefix, can serve it.
 """
 
 from __future__ import annotations
@@ -33,15 +36,13 @@ def task_intent(problem: BCBProblem, split: str, whole_prompt: bool = False) -> 
 
 
 def build_prompt(problem: BCBProblem, split: str, memories: Sequence[RetrievedMemory]) -> str:
-    """Memories, instruction, task; ends inside an opened ```python fence."""
-    parts = []
+    """Instruction, memories, task; ends inside an opened ```python fence."""
+    parts = [_COMPLETE if split == "complete" else _INSTRUCT]
     block = _memory_block(memories, max_chars_each=2500, max_intent_chars=300)
     if block:
         parts.append(block)
     if split == "complete":
-        parts.append(_COMPLETE)
         return "\n\n".join(parts) + "\n\n" + FENCE + completion_prefix(problem, split)
-    parts.append(_INSTRUCT)
     parts.append("Task:\n" + problem.instruct_prompt.strip())
     return "\n\n".join(parts) + "\n\nSolution:\n" + FENCE
 
