@@ -150,7 +150,8 @@ class LiteLLMEmbedder:
         from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
         from memrl.llm.client import is_transient
-        from memrl.llm.litellm_backend import api_key_from_env, import_litellm
+        from memrl.llm.litellm_backend import api_key_from_env
+        from memrl.llm.litellm_import import import_litellm
 
         litellm = import_litellm()
         kwargs: dict[str, Any] = {"model": self.model, "input": texts, "timeout": self.timeout}

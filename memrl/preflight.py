@@ -152,7 +152,7 @@ def _probe(role: str, client: LLMClient, probe: ModelProbe) -> ProbeResult:
         row.problem = (f"the reply was cut at its budget of {request.max_tokens} tokens "
                        f"({resp.reasoning_tokens} on reasoning); raise "
                        f"{probe.budget_key or 'its max_tokens'}"
-                       + (" or llm.reasoning_headroom" if client.profile.reasoning else ""))
+                       + (f" or {client.section}.reasoning_headroom" if client.profile.reasoning else ""))
     elif not (resp.text or "").strip():
         row.problem = "the reply was empty"
     return row

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import json
 
-import pytest
 from test_run_guards import card, memrl_run
 
 from memrl.guards import error_rate_problem

@@ -47,7 +47,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Protocol

@@ -105,6 +105,7 @@ from memrl.llm.base import (
     has_images,
 )
 from memrl.guards import MODEL, STORAGE, Tripwire
+from memrl.llm.bill import USAGE as _USAGE, Bill as _Bill, apply_stop, exhausted
 from memrl.llm.cache import ResponseCache, payload_key, request_key, request_payload
 from memrl.llm.profile import ModelProfile, plain_profile
 from memrl.llm.ratelimit import ConcurrencyLimiter
@@ -242,49 +243,6 @@ def retry_after_seconds(exc: BaseException) -> float | None:
     return None
 
 
-def apply_stop(text: str, stop: Sequence[str]) -> str:
-    """The text up to the first of the stop sequences (as a provider that takes them cuts it)."""
-    cut = len(text)
-    for s in stop:
-        if s:
-            i = text.find(s)
-            if i >= 0:
-                cut = min(cut, i)
-    return text[:cut]
-
-
-_USAGE = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_prompt_tokens")
-
-
-class _Bill:
-    """What the provider charged for the tries of one call (module doc, "Billing")."""
-
-    def __init__(self) -> None:
-        self.attempts = 0
-        self.usage = dict.fromkeys(_USAGE, 0)
-        self.cost = 0.0
-        self.priced = True
-        self.finish = ""  # the last try's finish reason
-
-    def add(self, resp: LLMResponse) -> None:
-        self.attempts += 1
-        self.finish = resp.finish_reason
-        for name in _USAGE:
-            self.usage[name] += int(getattr(resp, name))
-        self.cost += resp.cost_usd
-        self.priced = self.priced and resp.priced
-
-    def onto(self, resp: LLMResponse) -> LLMResponse:
-        """`resp` carrying the whole bill (its own try included)."""
-        for name in _USAGE:
-            setattr(resp, name, self.usage[name])
-        resp.cost_usd, resp.priced, resp.attempts = self.cost, self.priced, self.attempts
-        return resp
-
-    def as_response(self, model: str) -> LLMResponse:
-        return self.onto(LLMResponse(text="", model=model, finish_reason=self.finish))
-
-
 def _short(exc: BaseException | None, limit: int = 300) -> str:
     text = " ".join(str(exc).split()) if exc is not None else ""
     return text if len(text) <= limit else text[:limit] + "..."
@@ -309,6 +267,7 @@ class LLMClient:
         adaptive: bool = True,
         rpm: int | None = None,
         tpm: int | None = None,
+        section: str = "llm",
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
@@ -330,6 +289,7 @@ class LLMClient:
         # the run's stop signal (memrl.guards): tripped by a fatal error seen here
         self.tripwire = tripwire
         self._profile: ModelProfile | None = None
+        self.section = section  # the config key of its model section ("llm", "env.judge"), for messages
 
     @property
     def model_id(self) -> str:
@@ -595,31 +555,11 @@ class LLMClient:
         bill.add(resp)
         if not (resp.text or "").strip():
             if resp.finish_reason == "length":
-                raise self._exhausted(request, resp)
+                raise exhausted(request, resp, self.profile, self.backend.model_id, self.section)
             if getattr(self.backend, "empty_reply_is_fault", False):
                 raise EmptyReplyError(f"the server answered with empty content ({resp.completion_tokens} "
                                       "completion tokens)")
         return resp
-
-    def _exhausted(self, request: LLMRequest, resp: LLMResponse) -> BudgetExhaustedError:
-        """The error of a budget that ran out before any text (module doc)."""
-        p = self.profile
-        answer = request.answer_tokens if request.answer_tokens is not None else request.max_tokens
-        headroom = request.max_tokens - answer
-        what = f"{request.purpose or 'a'} call"
-        spent = (f"{resp.reasoning_tokens} of its {resp.completion_tokens} completion tokens on "
-                 "reasoning" if resp.reasoning_tokens else f"{resp.completion_tokens} completion tokens")
-        parts = f"{answer} for the answer + {headroom} reasoning headroom" if p.reasoning else \
-            f"{answer} for the answer"
-        fixes = [request.budget_key or "the call's max_tokens"]
-        if p.reasoning:
-            fixes += ["llm.reasoning_headroom"]
-        fix = " or ".join(fixes) + (" (or lower llm.reasoning_effort)" if p.reasoning else "")
-        err = BudgetExhaustedError(
-            f"{self.backend.model_id}: the {what}'s completion budget ran out before the model "
-            f"wrote any text: {request.max_tokens} tokens ({parts}), {spent} (finish_reason "
-            f"length); raise {fix}")
-        return err
 
     def _asked(self, exc: BaseException) -> float | None:
         """The server's Retry-After for this error, capped at backoff_max."""

@@ -122,4 +122,5 @@ def build_client(cfg: Mapping[str, Any], section: str = "llm") -> LLMClient:
         backoff_base=float(_get(cfg, "backoff_base", 1.0)),
         backoff_max=float(_get(cfg, "backoff_max", 60.0)),
         defaults=defaults,
+        section=section,
     )

@@ -57,6 +57,7 @@ from types import ModuleType
 from typing import Any
 
 from memrl.llm.base import LLMRequest, LLMResponse, MissingKeyError, openai_content
+from memrl.llm.litellm_import import import_litellm
 from memrl.llm.profile import ModelProfile, litellm_profile
 
 log = logging.getLogger(__name__)
@@ -65,23 +66,6 @@ log = logging.getLogger(__name__)
 # server: meta with the file's size and parameter count; others: a digest or file name)
 IDENTITY_FIELDS = ("id", "root", "parent", "digest", "sha256", "hash", "checksum", "file",
                    "filename", "path", "model_path", "size", "meta")
-
-
-# Loggers that write a line per request at INFO (litellm's own, and httpx's "HTTP Request:"
-# line): they would fill a run's log; warnings and errors still show.
-CHATTY_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "httpx")
-
-
-def import_litellm() -> ModuleType:
-    """Import litellm quietly and offline (local price list, no debug banners, no INFO line
-    per request)."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    litellm.suppress_debug_info = True
-    for name in CHATTY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
-    return litellm
 
 
 def key_problem(api_key_env: str | None) -> str | None:

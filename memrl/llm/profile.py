@@ -197,7 +197,7 @@ def _sent_params(model: str, provider: str, **params: Any) -> dict[str, Any] | N
 
 def litellm_profile(cfg: Mapping[str, Any]) -> ModelProfile:
     """The profile of a litellm model from the config and litellm's knowledge (module doc)."""
-    from memrl.llm.litellm_backend import import_litellm
+    from memrl.llm.litellm_import import import_litellm
 
     model = str(cfg.get("model") or "")
     litellm = import_litellm()

@@ -1,0 +1,74 @@
+"""What a provider's reply means for the call that got it: the bill over its tries (every
+reply the provider sent was paid for, usable or not; memrl.llm.client counts them), stop
+sequences the provider dropped, applied here, and the error of a budget that ran out."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from memrl.llm.base import BudgetExhaustedError, LLMRequest, LLMResponse
+from memrl.llm.profile import ModelProfile
+
+
+def apply_stop(text: str, stop: Sequence[str]) -> str:
+    """The text up to the first of the stop sequences (as a provider that takes them cuts it)."""
+    cut = len(text)
+    for s in stop:
+        if s:
+            i = text.find(s)
+            if i >= 0:
+                cut = min(cut, i)
+    return text[:cut]
+
+
+USAGE = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_prompt_tokens")
+
+
+class Bill:
+    """What the provider charged for the tries of one call (module doc, "Billing")."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        self.usage = dict.fromkeys(USAGE, 0)
+        self.cost = 0.0
+        self.priced = True
+        self.finish = ""  # the last try's finish reason
+
+    def add(self, resp: LLMResponse) -> None:
+        self.attempts += 1
+        self.finish = resp.finish_reason
+        for name in USAGE:
+            self.usage[name] += int(getattr(resp, name))
+        self.cost += resp.cost_usd
+        self.priced = self.priced and resp.priced
+
+    def onto(self, resp: LLMResponse) -> LLMResponse:
+        """`resp` carrying the whole bill (its own try included)."""
+        for name in USAGE:
+            setattr(resp, name, self.usage[name])
+        resp.cost_usd, resp.priced, resp.attempts = self.cost, self.priced, self.attempts
+        return resp
+
+    def as_response(self, model: str) -> LLMResponse:
+        return self.onto(LLMResponse(text="", model=model, finish_reason=self.finish))
+
+
+def exhausted(request: LLMRequest, resp: LLMResponse, p: ModelProfile, model_id: str,
+              section: str = "llm") -> BudgetExhaustedError:
+    """The error of a budget that ran out before the model wrote any text: the call's purpose,
+    its budget (the answer's part and the headroom), the reasoning tokens spent, what to raise."""
+    answer = request.answer_tokens if request.answer_tokens is not None else request.max_tokens
+    headroom = request.max_tokens - answer
+    what = f"{request.purpose or 'a'} call"
+    spent = (f"{resp.reasoning_tokens} of its {resp.completion_tokens} completion tokens on "
+             "reasoning" if resp.reasoning_tokens else f"{resp.completion_tokens} completion tokens")
+    parts = f"{answer} for the answer + {headroom} reasoning headroom" if p.reasoning else \
+        f"{answer} for the answer"
+    fixes = [request.budget_key or "the call's max_tokens"]
+    if p.reasoning:
+        fixes += [f"{section}.reasoning_headroom"]
+    fix = " or ".join(fixes) + (f" (or lower {section}.reasoning_effort)" if p.reasoning else "")
+    return BudgetExhaustedError(
+        f"{model_id}: the {what}'s completion budget ran out before the model "
+        f"wrote any text: {request.max_tokens} tokens ({parts}), {spent} (finish_reason "
+        f"length); raise {fix}")
