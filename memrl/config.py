@@ -81,7 +81,9 @@ class ModelSettings(ModelService):
     rpm: int | None = no_effect(None, ge=1, description="requests per minute; null = no limit")
     tpm: int | None = no_effect(None, ge=1, description="tokens per minute; null = no limit")
     max_retries: int = no_effect(6, ge=0)
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    # null: the model's own (a model that takes only one temperature, e.g. o3-mini's 1, gets that
+    # one; any other 0, greedy)
+    temperature: float | None = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(256, ge=1)
     n_ctx: int = Field(4096, ge=256)

@@ -153,8 +153,8 @@ def _probe(role: str, client: LLMClient, probe: ModelProbe) -> ProbeResult:
                        f"({resp.reasoning_tokens} on reasoning); raise "
                        f"{probe.budget_key or 'its max_tokens'}"
                        + (f" or {client.section}.reasoning_headroom" if client.profile.reasoning else ""))
-    elif not (resp.text or "").strip():
-        row.problem = "the reply was empty"
+    elif not (resp.text or "").strip() and getattr(client.backend, "empty_reply_is_fault", False):
+        row.problem = "the reply was empty"  # (an embedded model's empty completion is its answer)
     return row
 
 

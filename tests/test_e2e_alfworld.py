@@ -75,11 +75,12 @@ def test_memrl_end_to_end_then_replay_from_cache(tmp_path):
     again = run(args + [f"hydra.run.dir={tmp_path / 'b'}"], cache)
     assert again.returncode == 0, again.stderr[-3000:]
     card_b = json.loads(RunDir(tmp_path / "b").card.read_text())
-    # one call: the preflight, which goes past the cache by design (memrl.preflight); every
-    # other request of the replay is a hit (the first run's own repeats were hits already: the
-    # embedded model's greedy answers are cached without their seed)
-    assert card_b["llm_totals"]["calls"] == 1
-    assert card_b["llm_totals"]["cache_hits"] == card["llm_totals"]["requests"] - 1
+    # no call: every request of the replay is a hit (the first run's own repeats were hits
+    # already: the embedded model's greedy answers are cached without their seed); the
+    # preflight's calls, one per purpose (the action, the writer), go past the cache by design
+    # (memrl.preflight) and are counted apart
+    assert card_b["llm_totals"]["calls"] == 0 and card_b["llm_totals"]["probes"] == 2
+    assert card_b["llm_totals"]["cache_hits"] == card["llm_totals"]["requests"]
     assert json.loads(RunDir(tmp_path / "b").metrics.read_text()) == metrics
     assert bank_snapshot(tmp_path / "b") == bank_snapshot(run_dir)
 

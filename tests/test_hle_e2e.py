@@ -80,8 +80,9 @@ def test_hle_two_epochs_with_the_embedded_model_as_solver_and_judge(tmp_path) ->
     again = run(tmp_path / "b", cache)
     assert again.returncode == 0, again.stderr[-3000:]
     card_b = json.loads(RunDir(tmp_path / "b").card.read_text())
-    # one solver call: the preflight, which goes past the cache by design (memrl.preflight)
-    assert card_b["llm_totals"]["calls"] == 1
+    # no solver call: the preflight's, one per purpose (the answer, the writer), go past the
+    # cache by design (memrl.preflight) and are counted apart
+    assert card_b["llm_totals"]["calls"] == 0 and card_b["llm_totals"]["probes"] == 2
     recs_b = [json.loads(line) for line in RunDir(tmp_path / "b").episodes.read_text().splitlines()]
     assert all(r["info"]["judge"]["cache_hits"] == 1 for r in recs_b if r["info"]["judge"])
     assert [r["outcome_detail"] for r in recs_b] == [r["outcome_detail"] for r in recs]

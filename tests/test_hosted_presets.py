@@ -19,15 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from test_official_e2e import ALFWORLD, BCB, HLE, LIFELONG, ROOT, lifelong_os_rootfs
+
 from memrl.rundir import RunDir
 from memrl.testing.fault_server import FaultServer
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
-ALFWORLD = SHARED / "alfworld"
-LIFELONG = SHARED / "lifelong"
-BCB = SHARED / "bigcodebench" / "bigcodebench_hard_train.jsonl"
-HLE = ROOT / "tests" / "fixtures" / "hle" / "hle_fixture.jsonl"
 KEYS = {"OPENAI_API_KEY": "sk-emulated", "GEMINI_API_KEY": "gm-emulated"}
 
 pytestmark = pytest.mark.slow
@@ -131,17 +127,7 @@ def test_bigcodebench_presets_on_gpt4o(provider, tmp_path, preset):
 # -------------------------------------------------------------------------------- Lifelong
 @pytest.mark.parametrize("preset", ["llb_os_paper", "llb_os_official"])
 def test_lifelong_os_presets_on_gpt4o_mini(provider, tmp_path, preset):
-    from memrl_envs.lifelong.os_rootfs import is_built, rootfs_path
-    from memrl_envs.lifelong.os_shell import overlay_available
-
-    if not (LIFELONG / "os_interaction_train.json").is_file():
-        pytest.skip(f"no Lifelong data at {LIFELONG}")
-    why = overlay_available()
-    if why is not None:
-        pytest.skip(f"no Lifelong-OS sandbox here: {why}")
-    rootfs = rootfs_path()
-    if not is_built(rootfs):
-        pytest.skip(f"no root file system at {rootfs} (make rootfs)")
+    rootfs = lifelong_os_rootfs()
     before = billed(provider)
     out, run_dir = run(provider, [f"experiment={preset}", "env.max_steps=3", f"llm.api_base={provider.api_base}"],
                        tmp_path, LIFELONG_DATA=str(LIFELONG), MEMRL_ROOTFS_DIR=str(rootfs.parent))

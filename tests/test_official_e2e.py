@@ -131,17 +131,25 @@ def test_bcb_official(tmp_path):
     assert all(r["outcome_detail"] in ("pass", "fail", "timeout", "syntax_error") for r in recs)
 
 
-@pytest.mark.skipif(not (LIFELONG / "os_interaction_train.json").is_file(), reason=f"no Lifelong data at {LIFELONG}")
-def test_llb_os_official(tmp_path):
+def lifelong_os_rootfs() -> Path:
+    """The Lifelong-OS root file system, or a skip naming what is missing (data, the overlay
+    sandbox, the built root file system)."""
     from memrl_envs.lifelong.os_rootfs import is_built, rootfs_path
     from memrl_envs.lifelong.os_shell import overlay_available
 
+    if not (LIFELONG / "os_interaction_train.json").is_file():
+        pytest.skip(f"no Lifelong data at {LIFELONG}")
     why = overlay_available()
     if why is not None:
         pytest.skip(f"no Lifelong-OS sandbox here: {why}")
     rootfs = rootfs_path()
     if not is_built(rootfs):
         pytest.skip(f"no root file system at {rootfs} (make rootfs)")
+    return rootfs
+
+
+def test_llb_os_official(tmp_path):
+    rootfs = lifelong_os_rootfs()
     out, run_dir = run(["experiment=llb_os_official", "env.max_tasks=2", "env.max_steps=2",
                         "env.max_tokens=64"], tmp_path, LIFELONG_DATA=str(LIFELONG),
                        MEMRL_ROOTFS_DIR=str(rootfs.parent))

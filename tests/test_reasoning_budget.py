@@ -216,3 +216,23 @@ def test_a_scripted_model_can_play_a_reasoning_one_for_the_budget_rule() -> None
     req = client.request((("user", "x"),), purpose="act", max_tokens=64)
     assert req.max_tokens == 564 and req.answer_tokens == 64
     assert client.request((("user", "x"),), purpose="code", max_tokens=400).max_tokens == 600
+
+
+def test_a_reply_the_content_filter_withheld_is_that_calls_failure_and_is_not_retried() -> None:
+    backend = Provider([("", "content_filter", 0)], REASONER)
+    wire = Tripwire()
+    client = client_for(backend, max_retries=5, tripwire=wire)
+    with pytest.raises(LLMError, match="content filter withheld the reply to this judge"):
+        client.episode("x", seed=None).complete("p", purpose="judge")
+    assert len(backend.requests) == 1 and wire.tripped is None  # one prompt's failure, not the run's
+
+
+def test_no_temperature_means_the_models_own() -> None:
+    fixed = ModelProfile(model="provider", fixed_temperature=1.0)
+    client = client_for(Provider([("ok", "stop", 0)], fixed), defaults={})
+    assert client.request((("user", "x"),), purpose="judge").temperature == 1.0
+    plain = client_for(Provider([("ok", "stop", 0)], plain_profile("p")), defaults={})
+    assert plain.request((("user", "x"),), purpose="judge").temperature == 0.0
+    ok = build_client({"backend": "litellm", "model": "openai/o3-mini", "temperature": None, "cache": False},
+                      section="env.judge")
+    assert ok.request((("user", "x"),), purpose="judge").temperature == 1.0

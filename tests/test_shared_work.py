@@ -53,7 +53,7 @@ def test_a_sweep_pays_for_the_empty_bank_batch_once(tmp_path):
     for method in METHODS:
         card = json.loads(RunDir(runs[method]).card.read_text())
         totals = card["llm_totals"]
-        paid += totals["calls"]
+        paid += totals["billed_replies"]  # every reply the server sent, the preflight's included
         if method == "none":
             continue
         # the whole first batch ran on an empty bank: every act call the no-memory run paid

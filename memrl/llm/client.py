@@ -311,10 +311,14 @@ class LLMClient:
         the completion budget of the profile's rule (memrl.llm.profile)."""
         d = self.defaults
         answer = int(max_tokens if max_tokens is not None else d.get("max_tokens", 256))
+        if temperature is None:
+            temperature = d.get("temperature")
+        if temperature is None:  # the model's own: its one temperature, else greedy
+            temperature = self.profile.fixed_temperature if self.profile.fixed_temperature is not None else 0.0
         return LLMRequest(
             messages=messages,
             max_tokens=self.profile.budget(answer),
-            temperature=float(temperature if temperature is not None else d.get("temperature", 0.0)),
+            temperature=float(temperature),
             top_p=float(d.get("top_p", 1.0)),
             stop=tuple(stop),
             sample_id=sample_id,
@@ -322,7 +326,7 @@ class LLMClient:
             response_format=response_format,
             purpose=purpose,
             answer_tokens=answer,
-            budget_key=budget_key or ("llm.max_tokens" if max_tokens is None else ""),
+            budget_key=budget_key or (f"{self.section}.max_tokens" if max_tokens is None else ""),
         )
 
     @property
@@ -556,6 +560,9 @@ class LLMClient:
         if not (resp.text or "").strip():
             if resp.finish_reason == "length":
                 raise exhausted(request, resp, self.profile, self.backend.model_id, self.section)
+            if resp.finish_reason == "content_filter":  # the same prompt is withheld again
+                raise LLMError(f"{self.backend.model_id}: the provider's content filter withheld the "
+                               f"reply to this {request.purpose or 'call'} (finish_reason content_filter)")
             if getattr(self.backend, "empty_reply_is_fault", False):
                 raise EmptyReplyError(f"the server answered with empty content ({resp.completion_tokens} "
                                       "completion tokens)")
