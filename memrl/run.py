@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from memrl.config import CONFIG_DIR, ConfigError, validate
 from memrl.llm.base import MissingKeyError
+from memrl.safe_text import safe_str
 from memrl.guards import EXIT_CONFIG, EXIT_FAILED, FAILED, INTERRUPTED, Gate, Interrupted, RunStopped, StopSignals, Tripwire
 from memrl.runcard import FINISHED, RunCard
 from memrl.rundir import RunDir
@@ -211,6 +212,7 @@ def _close_session(card: RunCard, session: dict[str, Any], status: str, error: s
     that stopped the run is full), a run stopping for another reason reports that reason,
     not the card's failure; a finished run reports the card."""
     session["models"] = model_totals(clients, objs.embedder)
+    error = None if error is None else safe_str(error)  # the card is written whatever the message holds
     try:
         card.end_session(session, status, llm=objs.llm.totals() if objs.llm else {},
                          faults=tally.counts() if tally is not None else {},

@@ -7,13 +7,16 @@ full disk every later log line prints a "--- Logging error ---" traceback over t
 that matters. `RunLogHandler` opens the file on first use and, if it cannot write, says so
 once on stderr and drops the file output; memrl.run then reports the run directory itself
 ("read-only", "disk full") with its own message. configs/config.yaml puts it in Hydra's
-`job_logging` in place of the FileHandler.
+`job_logging` in place of the FileHandler. Each line is made safe first (memrl.safe_text), so
+a message carrying a lone surrogate or a terminal escape is written, escaped.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+
+from memrl.safe_text import safe_str
 
 
 class RunLogHandler(logging.FileHandler):
@@ -32,6 +35,11 @@ class RunLogHandler(logging.FileHandler):
                 self._give_up(exc)
                 return
         logging.StreamHandler.emit(self, record)
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The line as written: no lone surrogate (it would not encode) and no terminal escape
+        (memrl.safe_text), traceback included, whatever the message carried."""
+        return safe_str(super().format(record))
 
     def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
         exc = sys.exc_info()[1]

@@ -71,6 +71,7 @@ from memrl.recording import CommitLog, episode_record, mark_written, memory_text
 from memrl.records import (EpisodeRecord, EpisodeResult, RetrievedMemory, Task, append_jsonl,
                            iter_jsonl, rewrite_jsonl, write_json_atomic)
 from memrl.result_keys import extent, no_effect
+from memrl.safe_text import safe, safe_str
 from memrl.rundir import RunDir
 from memrl.seeding import derive_seed
 from memrl.storage import StorageError, writing
@@ -296,25 +297,28 @@ class Runner:
         except Exception as exc:  # an adapter bug must not lose the batch: record it
             self._trip_on_storage(exc)
             if self.gate.tripwire.tripped is None:  # else the run is stopping: said once, by the gate
-                log.error("episode %s crashed: %s", task.task_id, traceback.format_exc())
+                log.error("episode %s crashed: %s", task.task_id, safe_str(traceback.format_exc()))
             result = EpisodeResult(success=False, reward=0.0, steps=0,
                                    errors=[f"env crash: {type(exc).__name__}: {exc}"])
+        # what the episode brought back (replies, sandbox output, messages) is made safe here,
+        # once, before any of it reaches a memory, the journal, the records or the log
+        result = safe(result)
         errored = bool(result.errors)
         try:
-            digest = self.memory.digest(task, result, epoch=epoch, llm=ep_llm) if learn else None
+            digest = safe(self.memory.digest(task, result, epoch=epoch, llm=ep_llm)) if learn else None
         except Exception as exc:
             self._trip_on_storage(exc)
-            log.error("digest of %s failed: %s", task.task_id, traceback.format_exc())
+            log.error("digest of %s failed: %s", task.task_id, safe_str(traceback.format_exc()))
             digest = None
-            result.errors.append(f"memory digest: {type(exc).__name__}: {exc}")
+            result.errors.append(safe_str(f"memory digest: {type(exc).__name__}: {exc}"))
         info = dict(result.info)
         if stats is not None:
             info["retrieval"] = asdict(stats)
         if digest and digest.get("error"):
             info["writer_error"] = digest["error"]
-        record = episode_record(epoch=epoch, batch=batch, task=task, result=result,
-                                memories=memories, meter=ep_llm.meter if ep_llm else None,
-                                seed=seed, duration_s=time.monotonic() - t0, info=info)
+        record = safe(episode_record(epoch=epoch, batch=batch, task=task, result=result,
+                                     memories=memories, meter=ep_llm.meter if ep_llm else None,
+                                     seed=seed, duration_s=time.monotonic() - t0, info=info))
         item = LearnItem(task=task, result=result, injected=memories, epoch=epoch, digest=digest,
                          errored=errored, embedding=self._embeddings.get(task.task_id, []))
         return record, item

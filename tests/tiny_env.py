@@ -28,6 +28,9 @@ class TinySettings(EnvSettings):
     n_tasks: int = Field(4, ge=1, le=len(INTENTS))
     # task ids whose data is "damaged": left out of the listing and reported (data_skipped)
     broken: list[str] = Field(default_factory=list)
+    # episodes bring back what a hostile sandbox could: a lone surrogate, terminal escapes,
+    # NUL, undecodable bytes (in the observation and in info)
+    hostile: bool = False
 
 
 class TinyEnv(Env):
@@ -56,8 +59,13 @@ class TinyEnv(Env):
         prompt = task.intent + "\n" + "\n".join(m.memory_id for m in policy.memories)
         reply_text = policy.llm.complete(prompt, purpose="act")
         win = reply_text[:1] in set("01234567")
-        return EpisodeResult(success=win, reward=float(win), steps=1,
-                             transcript=[Step(action=reply_text, observation="won" if win else "lost")])
+        observation = "won" if win else "lost"
+        info = {}
+        if self.s.hostile:
+            observation += " \udcff\x1b[2J\x00"
+            info = {"raw": b"\xff\xfe", "message": "\ud800 lone"}
+        return EpisodeResult(success=win, reward=float(win), steps=1, info=info,
+                             transcript=[Step(action=reply_text, observation=observation)])
 
 
 def reply(request) -> str:
@@ -80,3 +88,9 @@ def mute_writer(request) -> str:
     if last.rstrip().endswith(("Reflection:", "1.")) and any(INTENTS[i] in last for i in (1, 2)):
         return ""
     return reply(request)
+
+
+def hostile_reply(request) -> str:
+    """`reply`, then what a model's reply can hold that no file takes: a lone surrogate, NUL,
+    a terminal escape."""
+    return reply(request) + " \udcff\x00\x1b[1m"

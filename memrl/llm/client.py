@@ -108,6 +108,7 @@ from memrl.guards import MODEL, STORAGE, Tripwire
 from memrl.llm.bill import USAGE as _USAGE, Bill as _Bill, apply_stop, exhausted
 from memrl.llm.cache import ResponseCache, payload_key, request_key, request_payload
 from memrl.llm.profile import ModelProfile, plain_profile
+from memrl.safe_text import safe, safe_str
 from memrl.llm.ratelimit import ConcurrencyLimiter
 from memrl.storage import StorageError
 
@@ -316,7 +317,7 @@ class LLMClient:
         if temperature is None:  # the model's own: its one temperature, else greedy
             temperature = self.profile.fixed_temperature if self.profile.fixed_temperature is not None else 0.0
         return LLMRequest(
-            messages=messages,
+            messages=safe(messages),  # a prompt quotes sandbox output: made safe once (memrl.safe_text)
             max_tokens=self.profile.budget(answer),
             temperature=float(temperature),
             top_p=float(d.get("top_p", 1.0)),
@@ -553,6 +554,7 @@ class LLMClient:
                                  retry_after=self._asked(exc) if limited else None)
             raise
         self.limiter.release(slot, ok=True, tokens=resp.prompt_tokens + resp.completion_tokens)
+        resp.text = safe_str(resp.text or "")  # a reply is cached, parsed and recorded: made safe once
         if request.stop and not self.profile.honors_stop:
             resp.text, resp.stop_applied = apply_stop(resp.text or "", request.stop), True
         self._bill(resp)  # the provider charged for this reply, whatever happens to it now
