@@ -343,3 +343,22 @@ def test_a_tree_without_a_shell_is_a_clear_error_and_leaves_nothing(tmp_path):
     assert list(scratch.iterdir()) == []
     with pytest.raises(ShellError, match="does not look like a root file system"):
         OverlayShell(tmp_path / "nowhere", scratch_dir=scratch)
+
+
+@pytest.mark.parametrize("command, detail", [("kill -9 -1", "sandbox_killed"),
+                                             ("kill -STOP -1; sleep 1", "sandbox_frozen")])
+def test_an_agent_that_breaks_its_own_sandbox_fails_its_task_not_the_environment(rootfs, command, detail):
+    """Before: `kill -9 -1` ("the shell is gone") and `kill -STOP -1` (the shell does not
+    answer) were recorded as env_error, and a batch of them stopped the run under
+    runner.max_error_rate. It is the agent's doing: the task's failure, with no error."""
+    from memrl.guards import counts_against_error_rate
+    from memrl_envs.lifelong.os_shell import _GRACE_S
+
+    env = make_env(rootfs, command_timeout_s=1)
+    start = time.monotonic()
+    result = episode(env, command)
+    assert result.outcome == "failure" and result.outcome_detail == detail and not result.success
+    assert result.errors == [] and not counts_against_error_rate({"errors": result.errors, "info": result.info})
+    assert result.transcript[-1].observation.startswith("The system stopped responding")
+    assert time.monotonic() - start < 1 + _GRACE_S + 20  # the frozen shell is given up on, then killed
+    assert_fresh_system(rootfs)  # and nothing of it is left for the next episode

@@ -19,7 +19,7 @@ from memrl.records import Step
 from memrl_envs.base import Policy
 
 from .os_prompts import FINISH, INVALID_HELP, INVALID_MARK, STOP, Action, build_prompt, format_observation, parse_action
-from .os_shell import Shell, ShellError
+from .os_shell import Shell, ShellError, ShellLost
 
 # outcome classes (EpisodeResult.outcome_detail)
 SUCCESS = "success"
@@ -27,9 +27,13 @@ FAILED = "failed"              # the evaluation script exited non-zero
 EVAL_TIMEOUT = "eval_timeout"  # the evaluation script ran out of time (a failure, as upstream)
 ENV_ERROR = "env_error"        # the system could not be set up, or broke down
 LLM_ERROR = "llm_error"        # the model call failed; the evaluation still ran
+# the agent's own command broke its sandbox (`kill -9 -1`: the shell is gone; `kill -STOP -1`:
+# it stops answering): the task's failure, not the environment's (no error is recorded)
+SANDBOX_KILLED = "sandbox_killed"
+SANDBOX_FROZEN = "sandbox_frozen"
 # ... and the shared outcome of each (EpisodeResult.outcome)
 SHARED = {SUCCESS: "success", FAILED: "failure", EVAL_TIMEOUT: "timeout", ENV_ERROR: "env_error",
-          LLM_ERROR: "llm_error"}
+          LLM_ERROR: "llm_error", SANDBOX_KILLED: "failure", SANDBOX_FROZEN: "failure"}
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,9 @@ class EpisodeOutcome:
 def play(shell: Shell, task: OsTask, policy: Actor, max_steps: int, timeout_s: float,
          max_chars: int) -> EpisodeOutcome:
     """Run the episode on `shell` (already started, fresh). Never raises for the agent's or the
-    model's failures; `ShellError` (the system itself broke) is recorded as ``env_error``."""
+    model's failures; `ShellError` (the system itself broke: setting up, the task's own scripts)
+    is recorded as ``env_error``; the shell lost during the agent's own command is the task's
+    failure (``sandbox_killed`` / ``sandbox_frozen``), with no error recorded."""
     start = time.monotonic()
     out = EpisodeOutcome(outcome=FAILED, success=False)
     try:
@@ -129,7 +135,12 @@ def play(shell: Shell, task: OsTask, policy: Actor, max_steps: int, timeout_s: f
                 out.steps.append(Step(action=INVALID_MARK + reply.strip()[:300],
                                       observation=f"{INVALID_HELP} ({action.text})"))
                 continue
-            result = shell.run(action.text, timeout_s)
+            try:
+                result = shell.run(action.text, timeout_s)
+            except ShellLost as exc:  # the agent's command took its own sandbox down
+                out.steps.append(Step(action=action.text, observation=f"The system stopped responding: {exc}"))
+                out.outcome, out.success = (SANDBOX_FROZEN if exc.frozen else SANDBOX_KILLED), False
+                return out
             out.timeouts += int(result.timed_out)
             out.steps.append(Step(action=action.text, observation=format_observation(
                 result.output, result.exit_code, result.timed_out, result.truncated, timeout_s, max_chars)))

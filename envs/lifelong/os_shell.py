@@ -110,6 +110,15 @@ class ShellError(RuntimeError):
     """The shell could not be started, or stopped answering (not: a command failed)."""
 
 
+class ShellLost(ShellError):
+    """The shell died (`frozen` False) or stopped answering (`frozen` True) while a command
+    ran: raised by `run`, whose caller knows whose command it was."""
+
+    def __init__(self, message: str, *, frozen: bool) -> None:
+        super().__init__(message)
+        self.frozen = frozen
+
+
 @dataclass(frozen=True)
 class CommandResult:
     """What one command did. `exit_code` is None when it ran out of time."""
@@ -349,16 +358,17 @@ class OverlayShell:
                 self._proc.stdin.write(header + data)
                 self._proc.stdin.flush()
             except (BrokenPipeError, OSError) as exc:
-                raise ShellError(f"the shell is gone ({exc}); {self._err.text().strip()[-300:]}") from exc
+                raise ShellLost(f"the shell is gone ({exc}); {self._err.text().strip()[-300:]}",
+                                frozen=False) from exc
             marker = re.compile(b"\n" + nonce.encode() + rb" (-?\d+)\n")
             m = self._out.wait_for(marker, start + timeout_s + _GRACE_S)
             seconds = time.monotonic() - start
             if m is None:
                 gone = self._out.eof
                 detail = self._err.text().strip()[-300:]
-                raise ShellError(("the shell is gone" if gone else
-                                  f"the shell did not answer within {timeout_s + _GRACE_S:g} s")
-                                 + (f": {detail}" if detail else ""))
+                raise ShellLost(("the shell is gone" if gone else
+                                 f"the shell did not answer within {timeout_s + _GRACE_S:g} s")
+                                + (f": {detail}" if detail else ""), frozen=not gone)
             status, body_end = int(m.group(1)), m.start()  # read before the buffer changes
             raw = self._out.take(m.end())[:body_end]
         truncated = len(raw) > self.output_bytes
