@@ -151,3 +151,52 @@ def test_cgroup_v2_that_cannot_hand_controllers_down_is_reported_missing(tmp_pat
     cg = SandboxCgroup.create(memory_mb=128, pids_max=40)
     assert cg.groups == {}
     assert set(cg.missing) == {"memory", "pids"} and "cannot hand" in cg.missing["memory"]
+
+
+def test_the_host_file_table_bounds_the_sandboxes_at_once():
+    """Each sandbox can hold its process cap x RLIMIT_NOFILE open files; together they must fit
+    half the host's free file table (before: 20,000 x 256 per sandbox, twice fs.file-max)."""
+    table = (1_000_000, 100_000)  # file-max, open now: 450,000 may be the sandboxes'
+    each = 256 * 1024
+    plan = plan_parallel(4, memory_mb_each=64, disk_mb_each=1, disk_path="/x", memory_capped=True,
+                         host=host(64_000), files_each=each, table=table)
+    assert plan.granted == 1 and "file table bound" in plan.reason and "262,144 open files each" in plan.reason
+    assert plan.facts()["files_each"] == each and plan.facts()["files_budget"] == 450_000
+    with pytest.raises(SandboxFitError, match="open files each"):
+        plan_parallel(1, memory_mb_each=64, disk_mb_each=1, disk_path="/x", memory_capped=True,
+                      host=host(64_000), files_each=each, table=(300_000, 0))
+    free = plan_parallel(4, memory_mb_each=64, disk_mb_each=1, disk_path="/x", memory_capped=True,
+                         host=host(64_000), files_each=each, table=(2_466_116, 400))
+    assert free.granted == 4 and free.reason is None
+
+
+def test_a_sandboxed_process_cannot_open_more_files_than_its_limit(tmp_path):
+    """Judged from the host: the program opens files until refused; the host's count of open
+    file handles, sampled while it runs, never rises by more than the limit allows."""
+    from memrl_envs.sandbox import Limits, bwrap_available, run_isolated
+
+    why = bwrap_available()
+    if why is not None:
+        pytest.skip(f"no sandbox here: {why}")
+    code = ("import os, time\nfds = []\ntry:\n    while True:\n        fds.append(os.open('/dev/null', os.O_RDONLY))\n"
+            "except OSError as exc:\n    print(len(fds), exc.errno)\ntime.sleep(1.0)\n")
+    peak, stop = [0], [False]
+
+    def sample():
+        while not stop[0]:
+            peak[0] = max(peak[0], int(Path("/proc/sys/fs/file-nr").read_text().split()[0]))
+            time.sleep(0.02)
+
+    import threading
+
+    before = int(Path("/proc/sys/fs/file-nr").read_text().split()[0])
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        out = run_isolated([sys.executable, "-c", code], workdir=tmp_path, limits=Limits(wall_s=30, nofile=256))
+    finally:
+        stop[0] = True
+        sampler.join()
+    opened, errno = out.stdout.split()
+    assert int(errno) == 24 and 200 <= int(opened) < 256  # EMFILE at the limit (less stdio and the like)
+    assert peak[0] - before < 256 + 200  # the host's table: the limit plus the sandbox's own plumbing

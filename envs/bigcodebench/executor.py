@@ -161,7 +161,8 @@ class Executor:
         self.plan = plan_parallel(max_parallel or os.cpu_count() or 1, memory_mb_each=int(each),
                                   disk_mb_each=SEED_MB if disk_mb is not None else int(file_mb),
                                   disk_path=self.work_root or tempfile.gettempdir(),
-                                  memory_capped=capped, what="BigCodeBench sandboxes")
+                                  memory_capped=capped, what="BigCodeBench sandboxes",
+                                  files_each=(self.limits.nproc or 1) * (self.limits.nofile or 0) or None)
         self.parallel = self.plan.granted
         self._slots = threading.BoundedSemaphore(self.parallel)
         log_sandbox_facts(log, "BigCodeBench sandbox", self.caps, self.plan)

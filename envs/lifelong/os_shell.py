@@ -232,7 +232,9 @@ exec "$@"
 '''
 
 
-DEFAULT_LIMITS = Limits(wall_s=0, cpu_s=None, memory_mb=4096, nproc=None, file_mb=256)
+# open files: 128 per process (shell commands need a handful), so an episode at its 1,024-process
+# cap holds at most 131,072 of the host's file table (the fit check counts it)
+DEFAULT_LIMITS = Limits(wall_s=0, cpu_s=None, memory_mb=4096, nproc=None, file_mb=256, nofile=128)
 
 
 def overlay_facts(*, upper_size_mb: int, pids_max: int, memory_mb: int | None, max_parallel: int | None,
@@ -243,7 +245,7 @@ def overlay_facts(*, upper_size_mb: int, pids_max: int, memory_mb: int | None, m
     when not one episode fits."""
     caps = caps_report(Limits(sandbox_memory_mb=memory_mb, nproc=pids_max or None, disk_mb=upper_size_mb,
                               tmp_mb=SHM_MB, memory_mb=limits.memory_mb, cpu_s=limits.cpu_s,
-                              file_mb=limits.file_mb, wall_s=limits.wall_s))
+                              file_mb=limits.file_mb, wall_s=limits.wall_s, nofile=limits.nofile))
     caps["enforced"]["disk"] = f"{upper_size_mb} MB (tmpfs upper layer of the overlay: all the episode writes)"
     caps["enforced"].pop("tmp", None)
     caps["enforced"]["shm"] = f"{SHM_MB} MB /dev/shm (tmpfs)"
@@ -253,7 +255,8 @@ def overlay_facts(*, upper_size_mb: int, pids_max: int, memory_mb: int | None, m
     each = memory_mb if capped and memory_mb else (limits.memory_mb or 0) + upper_size_mb + SHM_MB
     plan = plan_parallel(max_parallel, memory_mb_each=int(each), disk_mb_each=1,
                          disk_path=scratch_dir or tempfile.gettempdir(), memory_capped=capped,
-                         what="Lifelong-OS episode sandboxes")
+                         what="Lifelong-OS episode sandboxes",
+                         files_each=(pids_max or 1) * (limits.nofile or 0) or None)
     log_sandbox_facts(log, "Lifelong-OS sandbox", caps, plan)
     return {"mode": "root file system (bubblewrap over a tmpfs-backed overlay, uid 0 with Docker's "
                     "default capabilities minus a few)", **caps, "parallel": plan.facts()}

@@ -29,6 +29,20 @@ class SandboxFitError(RuntimeError):
     """Not even one sandbox at its caps fits the machine."""
 
 
+# the share of the host's free file table (fs.file-max less what is open) the sandboxes may
+# fill at once, each at its process cap times its open-file limit: the rest stays the host's
+FILE_TABLE_SHARE = 0.5
+
+
+def file_table() -> tuple[int, int] | None:
+    """(fs.file-max, file handles allocated now), None where /proc does not say."""
+    try:
+        allocated = int(Path("/proc/sys/fs/file-nr").read_text().split()[0])
+        return int(Path("/proc/sys/fs/file-max").read_text().split()[0]), allocated
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @dataclass(frozen=True)
 class HostResources:
     memory_total_mb: int
@@ -78,6 +92,8 @@ class ParallelPlan:
     memory_capped: bool         # False: `memory_mb_each` is an estimate nothing enforces
     reason: str | None = None   # why granted < requested
     host: HostResources | None = None
+    files_each: int | None = None    # open files one sandbox can hold (process cap x RLIMIT_NOFILE)
+    files_budget: int | None = None  # FILE_TABLE_SHARE of the host's free file table
 
     def facts(self) -> dict:
         out = asdict(self)
@@ -88,8 +104,11 @@ class ParallelPlan:
 def plan_parallel(requested: int | None, *, memory_mb_each: int, disk_mb_each: int,
                   disk_path: str | os.PathLike[str], memory_capped: bool, what: str = "sandboxes",
                   reserve_memory_mb: int = RESERVE_MEMORY_MB, reserve_disk_mb: int = RESERVE_DISK_MB,
-                  host: HostResources | None = None) -> ParallelPlan:
-    """The parallelism to use; raises `SandboxFitError` when not one sandbox fits."""
+                  host: HostResources | None = None, files_each: int | None = None,
+                  table: tuple[int, int] | None = None) -> ParallelPlan:
+    """The parallelism to use; raises `SandboxFitError` when not one sandbox fits. `files_each`:
+    the open files one sandbox can hold; the sandboxes at once must fit FILE_TABLE_SHARE of the
+    host's free file table (`table`: fs.file-max and the handles open; None: read /proc)."""
     host = host or host_resources(disk_path)
     memory = host.memory_available_mb
     if host.harness_limit_mb is not None:
@@ -98,21 +117,31 @@ def plan_parallel(requested: int | None, *, memory_mb_each: int, disk_mb_each: i
     disk_budget = max(host.disk_free_mb - reserve_disk_mb, 0)
     by_memory = memory_budget // max(memory_mb_each, 1)
     by_disk = disk_budget // disk_mb_each if disk_mb_each > 0 else CEILING
-    fits = min(by_memory, by_disk, CEILING)
+    table = table if table is not None else file_table()
+    files_budget = by_files = None
+    if files_each and table is not None:
+        files_budget = int(FILE_TABLE_SHARE * max(table[0] - table[1], 0))
+        by_files = files_budget // files_each
+    fits = min(by_memory, by_disk, CEILING, *([by_files] if by_files is not None else []))
     sizes = (f"{memory_mb_each} MB of memory{'' if memory_capped else ' (estimated, not enforced)'} "
              f"and {disk_mb_each} MB of disk each; {memory_budget} MB of memory and {disk_budget} MB of "
              f"disk at {host.disk_path} are free beyond the harness's reserve")
+    if by_files is not None:
+        sizes += (f"; {files_each:,} open files each, {files_budget:,} of the host's file table "
+                  f"(fs.file-max {table[0]:,}) may be theirs")
     if fits < 1:
         raise SandboxFitError(f"not even one of the {what} fits this machine: {sizes}. "
                               "Lower the sandbox caps or free memory/disk.")
     granted = fits if requested is None else min(requested, fits)
     reason = None
     if requested is not None and granted < requested:
-        bound = "memory" if by_memory <= by_disk else "disk"
+        bound = min((by_memory, "memory"), (by_disk, "disk"),
+                    *([(by_files, "file table")] if by_files is not None else []))[1]
         reason = f"{requested} {what} requested, {granted} fit ({bound} bound): {sizes}"
     return ParallelPlan(requested=requested, granted=int(granted), memory_mb_each=int(memory_mb_each),
                         disk_mb_each=int(disk_mb_each), memory_budget_mb=int(memory_budget),
-                        disk_budget_mb=int(disk_budget), memory_capped=memory_capped, reason=reason, host=host)
+                        disk_budget_mb=int(disk_budget), memory_capped=memory_capped, reason=reason, host=host,
+                        files_each=files_each, files_budget=files_budget)
 
 
 def log_sandbox_facts(log: logging.Logger, what: str, caps: dict, plan: ParallelPlan) -> None:

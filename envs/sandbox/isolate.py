@@ -81,6 +81,10 @@ class Limits:
     memory_mb: int | None = 4096    # RLIMIT_AS (address space of each process)
     nproc: int | None = 128         # processes+threads: the sandbox's pids cgroup, and RLIMIT_NPROC
     file_mb: int | None = 256       # RLIMIT_FSIZE (largest file it may write)
+    # RLIMIT_NOFILE: open files per process. Times the process cap it bounds the sandbox's share
+    # of the host's file table (fs.file-max): the host's 20,000 x 256 processes was twice it;
+    # 1,024 (Linux's default soft limit) x 256 is about a tenth (the fit check counts it)
+    nofile: int | None = 1024
     output_bytes: int = 200_000     # kept per stream; the rest is read and dropped
     tmp_mb: int | None = 512        # size of the private /tmp and /dev/shm (host memory)
     sandbox_memory_mb: int | None = 4096  # memory cgroup of the whole sandbox (its tmpfs files count)
@@ -148,7 +152,7 @@ def caps_report(limits: Limits, *, work_folder: bool = True) -> dict:
     else:
         missing["tmp"] = "disabled by the configuration"
     per_process = {"address_space_mb": limits.memory_mb, "cpu_s": limits.cpu_s, "file_mb": limits.file_mb,
-                   "nproc": limits.nproc, "wall_s": limits.wall_s}
+                   "nproc": limits.nproc, "open_files": limits.nofile, "wall_s": limits.wall_s}
     return {"enforced": enforced, "missing": missing, "per_process": per_process,
             "kernel_interfaces": masked_paths()}
 
@@ -300,6 +304,7 @@ def _limit_setter(limits: Limits, join=None):
         cap(resource.RLIMIT_AS, None if limits.memory_mb is None else limits.memory_mb * 2**20)
         cap(resource.RLIMIT_FSIZE, None if limits.file_mb is None else limits.file_mb * 2**20)
         cap(resource.RLIMIT_CORE, 0)
+        cap(resource.RLIMIT_NOFILE, limits.nofile)
         # Counted per uid: with a sandbox uid of its own it bounds only this sandbox (root
         # ignores it, so it bites once the launcher has dropped to that uid).
         cap(resource.RLIMIT_NPROC, limits.nproc)
