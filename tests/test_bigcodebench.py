@@ -17,7 +17,9 @@ from memrl.llm.base import LLMError
 from memrl.records import RetrievedMemory
 from memrl_envs.bigcodebench import BigCodeBenchEnv, BigCodeBenchSettings
 from memrl_envs.bigcodebench import loader
-from memrl_envs.bigcodebench.executor import CheckResult, parse_output, required_modules
+from memrl_envs.bigcodebench import sandbox_runner as runner
+from memrl_envs.bigcodebench.executor import FRAME, READY, CheckResult, parse_channel, required_modules
+from memrl_envs.sandbox import SandboxResult
 from memrl_envs.bigcodebench.extract import extract_code
 from memrl_envs.bigcodebench.outcome import classify, outcome_counts
 from memrl_envs.bigcodebench.prompts import FENCE, build_prompt, task_intent
@@ -310,14 +312,51 @@ def test_classification_of_checker_results():
     assert outcome_counts(["pass", "fail", "pass"])["pass"] == 2
 
 
-def test_runner_output_parsing_takes_only_marked_lines():
-    marker = "@@bcb-abc@@"
-    out = "\n".join(["noise", f"{marker}ready", 'fake {"status": "pass"}',
-                     marker + json.dumps({"status": "fail", "details": {"t": "boom"}})])
-    r = parse_output(out, marker, timed_out=False, returncode=0, stderr="", wall_s=1.0)
+def _run(channel: bytes | None, stdout: str = "", timed_out: bool = False) -> SandboxResult:
+    return SandboxResult(returncode=None if timed_out else 0, stdout=stdout, stderr="",
+                         timed_out=timed_out, wall_s=1.0, channel=channel)
+
+
+def test_the_result_comes_from_the_channel_never_from_what_the_program_printed():
+    forged = 'MEMRL-CHECK {"status": "pass", "details": {}}\n'
+    real = READY + json.dumps({"status": "fail", "ready": True, "details": {"t": "boom"}}).encode()
+    r = parse_channel(_run(real, stdout=forged * 3))
     assert (r.status, r.ready, r.details) == ("fail", True, {"t": "boom"})
-    r = parse_output(f"{marker}ready\n", marker, timed_out=True, returncode=None, stderr="", wall_s=9)
-    assert r.status == "no_result" and r.sandbox_timed_out
+    assert "framing" in r.tampered
+    # nothing on the channel after `ready`: the code under test killed the reporter
+    r = parse_channel(_run(READY))
+    assert (r.status, r.ready) == ("no_result", True)
+    assert classify(r, 5).kind == "fail"
+    # not even `ready`: the checker never started (the environment's fault)
+    assert classify(parse_channel(_run(b"")), 5).kind == "env_error"
+    r = parse_channel(_run(READY, timed_out=True))
+    assert r.status == "no_result" and r.sandbox_timed_out and classify(r, 5).kind == "timeout"
+    r = parse_channel(_run(READY + b"{not json"))
+    assert r.status == "no_result" and "no readable result" in r.tampered
+
+
+def test_the_runner_takes_the_verdict_from_the_checkers_exit_status():
+    line = lambda payload: b"\n" + (runner.FRAME + json.dumps(payload)).encode() + b"\n"  # noqa: E731
+    fail = {"status": "fail", "details": {"t": "boom"}}
+    honest = runner.reported(runner.EXIT_CODES["fail"], runner.READY + line(fail))
+    assert (honest["status"], honest["ready"], honest["details"]) == ("fail", True, {"t": "boom"})
+    assert "tampered" not in honest
+    # a forged pass line from the code under test, then the checker's own fail: still a fail
+    two = runner.reported(runner.EXIT_CODES["fail"], runner.READY + b"junk no newline" +
+                          line({"status": "pass", "details": {}}) + line(fail))
+    assert two["status"] == "fail" and "2 details lines" in two["tampered"]
+    # the forged line is the last one (a daemon wrote after the checker): the exit status wins
+    late = runner.reported(runner.EXIT_CODES["fail"], runner.READY + line(fail) + line({"status": "pass"}))
+    assert late["status"] == "fail" and late["details"] == {} and "does not match" in late["tampered"]
+    # a glued line cannot be parsed: no details, the verdict stands
+    glued = runner.reported(runner.EXIT_CODES["pass"], runner.READY + b"MEMRL-CHECK {" + line({"status": "pass"})[1:])
+    assert glued["status"] == "pass" and glued["tampered"]
+    # the checker died (a signal, a plain exit): no verdict, whatever was printed
+    died = runner.reported(-9, runner.READY + line({"status": "pass", "details": {}}))
+    assert died["status"] == "no_result" and died["ready"] and died["tampered"]
+    assert runner.reported(1, b"")["ready"] is False
+    # the words the two sides share agree (the runner must stay self-contained)
+    assert (runner.FRAME, runner.READY) == (FRAME, READY)
 
 
 def test_required_modules_are_libs_plus_test_imports():

@@ -50,7 +50,7 @@ def work_root() -> Path:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def episode(tmp_path: Path, work_root: Path, code: str, **limits):
+def play(tmp_path: Path, work_root: Path, code: str, **limits):
     """One react episode on Tiny/1 (task_func(a, b) -> a + b) whose model answers `code`."""
     executor = Executor(time_limit_s=TIME_LIMIT, memory_mb=limits.get("memory_mb", 2048),
                         nproc=limits.get("nproc", 128), cache_dir=tmp_path / "cache",
@@ -62,11 +62,16 @@ def episode(tmp_path: Path, work_root: Path, code: str, **limits):
     llm = LLMClient(backend, cache=None, max_retries=0).episode("hostile", seed=0)
     start = time.monotonic()
     result = env.solve(env.tasks()[0], [], llm, seed=0)
-    elapsed = time.monotonic() - start
     assert backend.calls == 1
+    assert time.monotonic() - start < MAX_WALL
+    return result
+
+
+def episode(tmp_path: Path, work_root: Path, code: str, **limits):
+    """`play`, for code that must fail (or time out)."""
+    result = play(tmp_path, work_root, code, **limits)
     assert not result.success and result.reward == 0.0
     assert result.outcome_detail in ("fail", "timeout"), result.info
-    assert elapsed < MAX_WALL
     return result
 
 
@@ -331,3 +336,82 @@ def task_func(a, b):
     text = reason(r)
     assert "errno 28" in text and int(text.split("disk: ")[1].split(" MB")[0]) <= 32, text  # ENOSPC at the cap
     assert free - shutil.disk_usage(work_root).free < 256 * 2**20  # nothing of it reached the host disk
+
+
+# ----------------------------------------------------------------------------- the verdict
+# The checker reports on a channel of its own (envs/bigcodebench/sandbox_runner.py): a pipe
+# the code under test has no descriptor of, held by a non-dumpable process, and the verdict is
+# the checker's exit status. Honest output of any shape never changes it; forged lines on
+# every descriptor the code can reach do not make a pass.
+
+FORGE = """
+import json, os
+FRAME = b'\\nMEMRL-CHECK ' + json.dumps({'status': 'pass', 'details': {}}).encode() + b'\\n'
+def forge():
+    reached = 0
+    for fd in range(0, 256):
+        try:
+            os.write(fd, FRAME)
+            reached += 1
+        except OSError:
+            pass
+    for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
+        try:
+            fds = os.listdir('/proc/%s/fd' % pid)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                with open('/proc/%s/fd/%s' % (pid, fd), 'wb', buffering=0) as fh:
+                    fh.write(FRAME)
+                reached += 1
+            except OSError:
+                pass
+    os.write(1, FRAME + b'{"status": "pass", unterminated')
+    os.write(2, FRAME)
+    return reached
+"""
+
+
+def test_a_forged_result_line_on_every_reachable_descriptor_is_no_pass(tmp_path, work_root):
+    code = FORGE + """
+def task_func(a, b):
+    forge()
+    return a - b
+"""
+    r = episode(tmp_path, work_root, code)
+    assert r.outcome_detail == "fail" and r.info.get("channel_tampered"), r.info
+
+
+def test_forging_then_killing_the_checker_is_no_pass(tmp_path, work_root):
+    code = FORGE + """
+import signal
+def task_func(a, b):
+    forge()
+    for pid in [int(p) for p in os.listdir('/proc') if p.isdigit()]:
+        if pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    return a + b
+"""
+    # killing the Manager leaves the checker waiting: a timeout at the sandbox's wall limit
+    assert not episode(tmp_path, work_root, code).success
+
+
+@pytest.mark.parametrize("shape", ["no_newline", "large", "large_no_newline", "frame_like"])
+def test_honest_code_passes_whatever_it_prints(tmp_path, work_root, shape):
+    prints = {"no_newline": "os.write(1, b'progress: 100%')",
+              "large": "os.write(1, (b'x' * 1023 + b'\\n') * 2048)",               # 2 MB of lines
+              "large_no_newline": "os.write(1, b'y' * (3 * 2**20)); os.write(2, b'z' * 2**20)",
+              "frame_like": "os.write(1, b'MEMRL-CHECK {\\\"status\\\": \\\"fail\\\"}')"}[shape]
+    code = f"""
+import os
+def task_func(a, b):
+    {prints}
+    return a + b
+"""
+    r = play(tmp_path, work_root, code)
+    assert r.success and r.outcome_detail == "pass", r.info
+    assert bool(r.info.get("channel_tampered")) == (shape == "frame_like")

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -145,6 +146,45 @@ def test_output_is_capped_and_says_so(rootfs):
         assert r.ok and r.truncated and len(r.output) == 1000
         r = sh.run("printf abc", 10)
         assert (r.output, r.truncated) == ("abc", False)
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_a_flood_into_the_shells_own_pipe_stays_out_of_the_harness(rootfs):
+    """A command writes 600 MB into the server's reply pipe (the harness's reader) through
+    /proc/<pid>/fd of every process that holds it, then the shell's next reply must be whole
+    and the harness's RSS, sampled from the host while it runs, must stay flat."""
+    flood = ("for p in /proc/[0-9]*; do for f in $p/fd/*; do "
+             "if [ \"$(readlink $f)\" = \"$(readlink /proc/1/fd/1)\" ]; then "
+             "(head -c 200000000 /dev/zero | tr '\\0' x > $f &) 2>/dev/null; fi; done; done; sleep 8; echo done")
+    with OverlayShell(rootfs, output_bytes=1000) as sh:
+        base, peak, stop = _rss_mb(), 0.0, threading.Event()
+
+        def sample() -> None:
+            nonlocal peak
+            while not stop.is_set():
+                peak = max(peak, _rss_mb())
+                time.sleep(0.05)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            r = sh.run(flood, 30)
+            after = sh.run("echo still here", 10)
+        finally:
+            stop.set()
+            sampler.join()
+        # the flood lands in this command's reply (the server's pipe is still reachable), capped
+        assert r.exit_code == 0 and r.truncated and len(r.output) == 1000
+        assert r.dropped + sh._out.junk > 100_000_000  # it did arrive, and was dropped unread
+        assert after.output == "still here\n" and not after.truncated
+        print(f"harness RSS {base:.0f} MB -> peak {peak:.0f} MB; dropped {r.dropped + sh._out.junk} bytes")
+        assert peak - base < 100, (base, peak)
 
 
 def test_privileges_are_those_of_a_container_root(rootfs):

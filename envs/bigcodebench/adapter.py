@@ -209,6 +209,9 @@ class BigCodeBenchEnv(Env):
         except SandboxError as exc:
             return Outcome("env_error", f"no sandbox: {exc}"[:300])
         info["exec_s"] = check.wall_s
+        if check.tampered:
+            # the verdict stands (it is the checker's exit status); the record says what was seen
+            info["channel_tampered"] = check.tampered
         return classify(check, self.executor.time_limit_s, imported_modules(code))
 
     def sandbox_facts(self) -> dict:

@@ -24,7 +24,6 @@ import ast
 import json
 import logging
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -40,6 +39,10 @@ from memrl_envs.sandbox import (Limits, SandboxResult, caps_report, log_sandbox_
 log = logging.getLogger(__name__)
 
 RUNNER = Path(__file__).with_name("sandbox_runner.py")
+# the runner's words (sandbox_runner.py must stay self-contained, so they are repeated there;
+# a test checks the two agree): its details line, and its channel's first line
+FRAME = "MEMRL-CHECK "
+READY = b"ready\n"
 STACK_MB = 10          # bigcodebench's default max_stack_limit
 STARTUP_SLACK_S = 30.0  # interpreter + imports + the checker's join slack, beyond the test limit
 MAX_TMPDIR_CHARS = 60
@@ -48,15 +51,16 @@ MAX_TMPDIR_CHARS = 60
 PASS_THROUGH = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "NLTK_DATA")
 PATH_VARS = ("NLTK_DATA",)  # of those, folders the sandbox is shown (read-only)
 SEED_MB = 16  # host disk per sandbox: its seed folder (the runner and the font cache)
+CHANNEL_BYTES = 4_000_000  # the runner's result (details of every failed test, cut to size)
 
 
 @dataclass
 class CheckResult:
     """What one sandboxed check produced.
 
-    status: pass | fail | timeout (the checker's words), or "no_result" when the runner
-    printed nothing usable (it died, or the sandbox was killed at its wall limit), or
-    "harness_error" (bigcodebench could not run at all).
+    status: pass | fail | timeout (the checker's words, carried by its exit status), or
+    "no_result" when the checker or its reporter died before reporting, or the sandbox was
+    killed at its wall limit, or "harness_error" (bigcodebench could not run at all).
     """
 
     status: str
@@ -68,6 +72,9 @@ class CheckResult:
     error: str = ""
     stderr_tail: str = ""
     wall_s: float = 0.0
+    # why this result is suspect ("": nothing seen): the checker's details disagreed with its
+    # exit status, or the program printed the checker's framing
+    tampered: str = ""
 
 
 def imported_modules(code: str) -> list[str]:
@@ -194,7 +201,8 @@ class Executor:
             shutil.copy2(f, work / ".mpl" / f.name)
         shutil.copy2(RUNNER, work / RUNNER.name)
 
-    def run(self, argv: list[str], stdin: bytes | None = None) -> SandboxResult:
+    def run(self, argv: list[str], stdin: bytes | None = None,
+            result_channel: int | None = None) -> SandboxResult:
         """One sandboxed run as a check makes it (a slot, a fresh seeded work folder, this
         executor's caps and environment): `argv` starts in the work folder."""
         with self._slots:
@@ -202,49 +210,50 @@ class Executor:
             try:
                 self._prepare(work)
                 return run_isolated(argv, workdir=work, limits=self.limits, env=self._env(work),
-                                    ro_binds=_data_binds(), stdin=stdin)
+                                    ro_binds=_data_binds(), stdin=stdin, result_channel=result_channel)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
 
     def check(self, code: str, test: str, entry_point: str, modules: Iterable[str] = ()) -> CheckResult:
         """Run `test` against `code` (one program, as bigcodebench does). Raises
         `memrl_envs.sandbox.SandboxError` only if no sandbox can be created here."""
-        marker = f"@@bcb-{secrets.token_hex(8)}@@"
         request = {"code": code, "test": test, "entry_point": entry_point,
                    "time_limit_s": self.time_limit_s, "max_as_mb": self.memory_mb,
                    "max_data_mb": self.memory_mb, "max_stack_mb": STACK_MB,
-                   "modules": list(modules), "marker": marker}
-        run = self.run([sys.executable, "-I", RUNNER.name], stdin=json.dumps(request).encode())
-        return parse_output(run.stdout, marker, timed_out=run.timed_out,
-                            returncode=run.returncode, stderr=run.stderr, wall_s=run.wall_s)
+                   "modules": list(modules)}
+        run = self.run([sys.executable, "-I", RUNNER.name], stdin=json.dumps(request).encode(),
+                       result_channel=CHANNEL_BYTES)
+        return parse_channel(run)
 
 
-def parse_output(stdout: str, marker: str, *, timed_out: bool, returncode: int | None,
-                 stderr: str, wall_s: float) -> CheckResult:
-    """The runner's last result line (lines start with the per-run marker)."""
-    ready, payload = False, None
-    for line in stdout.splitlines():
-        if not line.startswith(marker):
-            continue
-        body = line[len(marker):]
-        if body == "ready":
-            ready = True
-            continue
+def parse_channel(run: SandboxResult) -> CheckResult:
+    """The runner's result, read from its own channel (never from what the program printed)."""
+    common = dict(sandbox_timed_out=run.timed_out, returncode=run.returncode,
+                  stderr_tail=run.stderr.strip()[-1500:], wall_s=round(run.wall_s, 3))
+    flags = [f"the program's output contains the checker's framing ({FRAME.strip()})"
+             for text in (run.stdout, run.stderr) if FRAME in text][:1]
+    channel = run.channel or b""
+    ready = channel.startswith(READY)
+    body = channel[len(READY):] if ready else channel
+    payload = None
+    if body:
         try:
-            candidate = json.loads(body)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(candidate, dict) and isinstance(candidate.get("status"), str):
-            payload = candidate
-    tail = stderr.strip()[-1500:]
-    common = dict(ready=ready, sandbox_timed_out=timed_out, returncode=returncode,
-                  stderr_tail=tail, wall_s=round(wall_s, 3))
-    if payload is None:
-        return CheckResult(status="no_result", **common)
-    return CheckResult(status=payload["status"],
-                       details={str(k): str(v) for k, v in (payload.get("details") or {}).items()},
-                       unimportable={str(k): str(v) for k, v in (payload.get("unimportable") or {}).items()},
-                       error=str(payload.get("error", "")), **common)
+            payload = json.loads(body.decode("utf-8", errors="replace"))
+        except ValueError:
+            flags.append("the result channel held no readable result")
+    if not isinstance(payload, dict) or not isinstance(payload.get("status"), str):
+        # the reporter died: after the checker was ready, the code under test killed it
+        return CheckResult(status="no_result", ready=ready, tampered="; ".join(flags), **common)
+    if payload.get("tampered"):
+        flags.insert(0, str(payload["tampered"]))
+
+    def strings(key: str) -> dict[str, str]:
+        value = payload.get(key)
+        return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+    return CheckResult(status=payload["status"], ready=bool(payload.get("ready")),
+                       details=strings("details"), unimportable=strings("unimportable"),
+                       error=str(payload.get("error", "")), tampered="; ".join(flags), **common)
 
 
 def _data_binds() -> list[str]:

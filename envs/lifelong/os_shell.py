@@ -22,7 +22,10 @@ One `OverlayShell` is one episode's "container":
   (``srv``), so a fork bomb left running in the background cannot starve the shell;
 * inside it a small bash loop (``SERVER``) that runs each command as ``bash -c`` with a time
   limit, its output (stdout and stderr together) in a file that is already unlinked, and
-  sends back the first bytes of the output and the exit status.
+  sends back the first bytes of the output and the exit status. The harness keeps at most
+  that many bytes of a reply and drops the rest (`shell_reader`): a process of the episode
+  can still reach the server's descriptors and write into its pipe, but not grow the
+  harness's memory or make it rescan what it already read.
 
 Like ``docker exec`` into one container: files persist from command to command, every command
 starts in the same working directory with the same environment, a process a command leaves in
@@ -53,6 +56,8 @@ from typing import Mapping, Protocol
 
 from memrl_envs.sandbox import (Limits, SandboxError, caps_report, limits_preexec, log_sandbox_facts,
                                 plan_parallel, rootfs_argv, sandbox_cgroup)
+
+from .shell_reader import ReplyReader, TailReader
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +133,7 @@ class CommandResult:
     timed_out: bool = False
     truncated: bool = False
     seconds: float = 0.0
+    dropped: int = 0          # output bytes beyond what the harness keeps, dropped unread
 
     @property
     def ok(self) -> bool:
@@ -166,57 +172,6 @@ def overlay_available() -> str | None:
     if probe.returncode != 0:
         return f"cannot mount a tmpfs and an overlay here: {probe.stderr.strip()[:300]}"
     return None
-
-
-class _Reader:
-    """Collects a pipe's bytes on a thread; `wait_for` blocks until a pattern shows up."""
-
-    def __init__(self, stream, cap: int | None = None) -> None:
-        self.buf = bytearray()
-        self.eof = False
-        self._cap = cap
-        self._stream = stream
-        self._cond = threading.Condition()
-        self.thread = threading.Thread(target=self._pump, daemon=True)
-        self.thread.start()
-
-    def _pump(self) -> None:
-        try:
-            while True:
-                chunk = os.read(self._stream.fileno(), 65536)
-                if not chunk:
-                    break
-                with self._cond:
-                    if self._cap is None or len(self.buf) < self._cap:
-                        self.buf += chunk
-                    self._cond.notify_all()
-        except (OSError, ValueError):
-            pass
-        finally:
-            with self._cond:
-                self.eof = True
-                self._cond.notify_all()
-
-    def wait_for(self, pattern: re.Pattern[bytes], deadline: float) -> re.Match[bytes] | None:
-        with self._cond:
-            while True:
-                m = pattern.search(self.buf)
-                if m or self.eof:
-                    return m
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                self._cond.wait(min(left, 1.0))
-
-    def take(self, end: int) -> bytes:
-        with self._cond:
-            data = bytes(self.buf[:end])
-            del self.buf[:end]
-            return data
-
-    def text(self) -> str:
-        with self._cond:
-            return self.buf.decode("utf-8", errors="replace")
 
 
 # Set-up inside the new mount namespace (already in the episode's cgroups): a tmpfs for the
@@ -335,14 +290,14 @@ class OverlayShell:
             self._cgroup.close()
             self._cleanup_dirs()
             raise ShellError(f"could not start the episode sandbox: {exc}") from exc
-        self._out = _Reader(self._proc.stdout)
-        self._err = _Reader(self._proc.stderr, cap=65536)
-        ready = self._out.wait_for(re.compile(rb"READY\n"), time.monotonic() + _START_TIMEOUT_S)
-        if ready is None:
+        # the server sends at most output_bytes + 1 of a command's output; nothing more is kept
+        self._out = ReplyReader(self._proc.stdout, cap=self.output_bytes + 1)
+        self._err = TailReader(self._proc.stderr, cap=65536)
+        self._out.expect(re.compile(rb"READY\n"))
+        if self._out.wait(time.monotonic() + _START_TIMEOUT_S) is None:
             detail = self._err.text().strip()[-800:]
             self.close()
             raise ShellError(f"the episode sandbox did not start: {detail or 'no message'}")
-        self._out.take(ready.end())
 
     # -- commands ---------------------------------------------------------------------
     def run(self, script: str, timeout_s: float) -> CommandResult:
@@ -357,29 +312,28 @@ class OverlayShell:
             nonce = secrets.token_hex(16)
             header = f"RUN {float(timeout_s):g} {len(data)} {nonce}\n".encode()
             start = time.monotonic()
+            self._out.expect(re.compile(b"\n" + nonce.encode() + rb" (-?\d+)\n"))
             try:
                 self._proc.stdin.write(header + data)
                 self._proc.stdin.flush()
             except (BrokenPipeError, OSError) as exc:
                 raise ShellLost(f"the shell is gone ({exc}); {self._err.text().strip()[-300:]}",
                                 frozen=False) from exc
-            marker = re.compile(b"\n" + nonce.encode() + rb" (-?\d+)\n")
-            m = self._out.wait_for(marker, start + timeout_s + _GRACE_S)
+            reply = self._out.wait(start + timeout_s + _GRACE_S)
             seconds = time.monotonic() - start
-            if m is None:
+            if reply is None:
                 gone = self._out.eof
                 detail = self._err.text().strip()[-300:]
                 raise ShellLost(("the shell is gone" if gone else
                                  f"the shell did not answer within {timeout_s + _GRACE_S:g} s")
                                 + (f": {detail}" if detail else ""), frozen=not gone)
-            status, body_end = int(m.group(1)), m.start()  # read before the buffer changes
-            raw = self._out.take(m.end())[:body_end]
-        truncated = len(raw) > self.output_bytes
+            status, raw = int(reply.match.group(1)), reply.body
+        truncated = len(raw) > self.output_bytes or reply.dropped > 0
         output = raw[: self.output_bytes].decode("utf-8", errors="replace")
         # coreutils `timeout`: 124 after TERM, 137 when KILL was needed
         timed_out = status in (124, 137) and seconds >= timeout_s - 0.05
         return CommandResult(exit_code=None if timed_out else status, output=output, timed_out=timed_out,
-                             truncated=truncated, seconds=seconds)
+                             truncated=truncated, seconds=seconds, dropped=reply.dropped)
 
     # -- the end ------------------------------------------------------------------------
     def close(self) -> None:

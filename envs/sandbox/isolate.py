@@ -109,6 +109,9 @@ class SandboxResult:
     memory_peak_bytes: int | None = None
     oom_kills: int | None = None
     pids_refused: int | None = None
+    # with `result_channel`: what the program wrote on its result pipe (capped), else None
+    channel: bytes | None = None
+    channel_truncated: bool = False
 
     @property
     def signal(self) -> int | None:
@@ -358,7 +361,8 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
                  limits: Limits = Limits(), env: Mapping[str, str] | None = None,
                  stdin: bytes | None = None, ro_binds: Sequence[str] = (),
                  root_dir: str | os.PathLike[str] | None = None, privileged_root: bool = False,
-                 network: bool = False, cwd: str | None = None) -> SandboxResult:
+                 network: bool = False, cwd: str | None = None,
+                 result_channel: int | None = None) -> SandboxResult:
     """Run `argv` inside a fresh sandbox and return what happened.
 
     `workdir` is the host folder the sandbox works in (it must exist; when the harness is root
@@ -368,6 +372,9 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
     process (PATH, HOME and LANG are filled in when absent). `ro_binds` adds host folders the
     sandbox may read (e.g. data a task needs). With `root_dir`, that folder is the sandbox's
     `/` (read-write), e.g. an overlay of a disposable root file system.
+    With `result_channel` (a byte cap), the program gets a pipe of its own for its result: the
+    write end's descriptor number is appended to `argv`, and what it writes there (at most that
+    many bytes) comes back as `channel`, apart from its stdout and stderr.
     Raises `SandboxError` only when the sandbox cannot be created; everything the code inside
     does, including crashing or timing out, is reported in the result.
     """
@@ -390,6 +397,10 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
     for _, w in placeholders:
         os.close(w)  # empty files: bwrap reads each to its end at once
     fds = [r for r, _ in placeholders]
+    chan_r = chan_w = None
+    if result_channel is not None:
+        chan_r, chan_w = os.pipe()
+        argv = [*argv, str(chan_w)]
     try:
         args = _bwrap_argv(argv, workdir=work, env=full_env, ro_binds=ro_binds, tmp_mb=limits.tmp_mb,
                            disk_mb=limits.disk_mb, placeholder_fds=fds,
@@ -401,9 +412,11 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 preexec_fn=_limit_setter(limits, cg.preexec() if cg.groups else None),
                                 start_new_session=True, env={"PATH": DEFAULT_PATH},
-                                pass_fds=(status_w, *fds))
+                                pass_fds=(status_w, *fds, *([chan_w] if chan_w is not None else [])))
     except (OSError, SandboxError) as exc:
         os.close(status_r)
+        if chan_r is not None:
+            os.close(chan_r)
         cg.close()
         if uid is not None and work is not None and work.exists():
             _chown_tree(work, os.getuid(), os.getgid())
@@ -414,7 +427,10 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
         os.close(status_w)
         for fd in fds:
             os.close(fd)
+        if chan_w is not None:
+            os.close(chan_w)
     status = _Capped(os.fdopen(status_r, "rb"), 65536)
+    chan = _Capped(os.fdopen(chan_r, "rb"), result_channel) if chan_r is not None else None
     out = _Capped(proc.stdout, limits.output_bytes)
     err = _Capped(proc.stderr, limits.output_bytes)
     if stdin is not None:
@@ -441,7 +457,7 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
         proc.wait()
         usage = cg.usage()
         cg.close()
-    for pump in (out, err, status):
+    for pump in (out, err, status, *([chan] if chan is not None else [])):
         pump.thread.join(timeout=5)
     if uid is not None and work is not None and work.exists():
         # hand the folder back so the harness can read and delete it
@@ -456,4 +472,6 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
     return SandboxResult(returncode=None if timed_out else proc.returncode, stdout=out.text(),
                          stderr=stderr, timed_out=timed_out,
                          output_truncated=out.truncated or err.truncated,
-                         wall_s=time.monotonic() - start, argv=list(argv), **usage)
+                         wall_s=time.monotonic() - start, argv=list(argv),
+                         channel=bytes(chan.buf) if chan is not None else None,
+                         channel_truncated=chan.truncated if chan is not None else False, **usage)
