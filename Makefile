@@ -69,9 +69,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	touch $(STAMP)
 
 # Debian packages the real environments need: bubblewrap (sandbox for model-written code and
-# commands), mariadb-server (Lifelong DB), debootstrap (Lifelong OS root file system);
+# commands) and libseccomp2 (its system-call filter), mariadb-server (Lifelong DB), debootstrap
+# (Lifelong OS root file system);
 # chromium for the browser test of `memrl view` (and the screenshots in results/).
-SYSTEM_PACKAGES ?= bubblewrap mariadb-server debootstrap chromium
+SYSTEM_PACKAGES ?= bubblewrap libseccomp2 mariadb-server debootstrap chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-deps:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

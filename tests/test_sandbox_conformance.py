@@ -25,6 +25,7 @@ Needs root (both modes), bubblewrap, the Lifelong-OS root file system for the ro
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import hashlib
 import json
@@ -156,6 +157,9 @@ class Sampler:
         self.disk_min = dict(self.disk0)
         self.cg_mem_peak = 0
         self.cg_pids_peak = 0
+        self.cg_mem_limits: set[int] = set()     # the memory limits the sandboxes' groups had
+        self.unfiltered: set[str] = set()        # sandbox processes seen without the syscall filter
+        self.filtered = 0
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -169,6 +173,19 @@ class Sampler:
             live = SandboxCgroup.live()
             self.cg_mem_peak = max(self.cg_mem_peak, sum(cg.memory_bytes() or 0 for cg in live))
             self.cg_pids_peak = max(self.cg_pids_peak, max((cg.pids_current() or 0 for cg in live), default=0))
+            for cg in live:
+                limit = memory_limit_bytes(cg)
+                if limit is not None:
+                    self.cg_mem_limits.add(limit)
+                for pid in cg.procs():
+                    mode, comm = seccomp_mode(pid)
+                    # the launchers (the harness's child, unshare, mount, bwrap's monitor) are in the
+                    # host's PID namespace, outside the filter by design, and so is bwrap's own init
+                    # (pid 1 inside, bwrap's code, which nothing can ptrace); all else must be filtered
+                    if mode == "0" and not in_host_pid_namespace(pid) and comm != "bwrap":
+                        self.unfiltered.add(f"{pid}:{comm}")
+                    elif mode == "2":
+                        self.filtered += 1
             self.samples += 1
             self._stop.wait(0.02)
 
@@ -185,7 +202,79 @@ class Sampler:
                 "host_disk_drop_mb": max(self.disk0[p] - self.disk_min[p] for p in self.disk_paths),
                 "host_folders_peak_mb": round(self.folders_peak, 1),
                 "cgroup_memory_peak_mb": round(self.cg_mem_peak / 2**20, 1),
-                "cgroup_pids_peak": self.cg_pids_peak, "samples": self.samples}
+                "cgroup_pids_peak": self.cg_pids_peak, "samples": self.samples,
+                "cgroup_memory_limits_mb": sorted(v // 2**20 for v in self.cg_mem_limits),
+                "processes_unfiltered": sorted(self.unfiltered), "process_samples_filtered": self.filtered}
+
+
+def memory_limit_bytes(cg) -> int | None:
+    """The memory limit of a sandbox's group, read on the host."""
+    g = cg.groups.get("memory")
+    if g is None:
+        return None
+    try:
+        text = (g.path / ("memory.limit_in_bytes" if g.version == 1 else "memory.max")).read_text().strip()
+    except OSError:
+        return None
+    return None if text == "max" else int(text)
+
+
+def seccomp_mode(pid: int) -> tuple[str | None, str]:
+    """A process's seccomp mode (0 none, 2 filter) and name, read on the host."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None, ""
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return fields.get("Seccomp", "").strip() or None, fields.get("Name", "").strip()
+
+
+def in_host_pid_namespace(pid: int) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return True  # gone: nothing to judge
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+SYS_ADD_KEY, SYS_KEYCTL, KEY_SPEC_USER_KEYRING, KEYCTL_REVOKE = 248, 250, -4, 3
+
+
+def host_add_key(description: str, payload: str) -> int | None:
+    """A key in host root's user keyring (None where the kernel has no keyrings)."""
+    key = _libc.syscall(SYS_ADD_KEY, b"user", description.encode(), payload.encode(), len(payload),
+                        ctypes.c_long(KEY_SPEC_USER_KEYRING))
+    return None if key < 0 else key
+
+
+def host_keys_named(text: str) -> list[str]:
+    """The keys the host can see whose description holds `text` (/proc/keys)."""
+    try:
+        return [line for line in Path("/proc/keys").read_text().splitlines() if text in line]
+    except OSError:
+        return []
+
+
+def cgroup_root_files() -> dict[str, str]:
+    """Knobs of the host's root cgroups that a nested cgroup mount reached before (issue 22)."""
+    out = {}
+    for path in ("/sys/fs/cgroup/cpuset/cpuset.sched_load_balance", "/sys/fs/cgroup/cpuset/cpuset.cpus",
+                 "/sys/fs/cgroup/blkio/blkio.throttle.read_bps_device", "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                 "/sys/fs/cgroup/pids/pids.max" if os.path.exists("/sys/fs/cgroup/pids/pids.max") else ""):
+        if path and os.path.exists(path):
+            out[path] = Path(path).read_text()
+    return out
+
+
+def cgroup_dirs_named(text: str) -> list[str]:
+    found = []
+    for top in Path("/sys/fs/cgroup").iterdir():
+        try:
+            found += [str(p) for p in top.rglob(f"*{text}*")]
+        except OSError:
+            pass
+    return found
 
 
 class Listeners:
@@ -400,7 +489,10 @@ def host(tmp_path_factory):
     listeners = Listeners([p for p in sockets if p.parent.is_dir()], f"memrl-cf-{tag}")
     sentinel = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)", f"memrl-sentinel-{tag}"],
                                 env={"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": secret})
+    key_description, key_secret = f"memrl-host-key-{tag}", f"memrl-key-secret-{uuid.uuid4().hex}"
+    host_key = host_add_key(key_description, key_secret)
     info = {"tmp": tmp, "tag": tag, "secret": secret, "run_dir": run_dir, "cache": cache,
+            "key_description": key_description, "key_secret": key_secret, "cgroup_roots": cgroup_root_files(),
             "listeners": listeners, "sentinel": sentinel,
             "project_dirs": [run_dir, run_dir / "bank", cache, cache / "mariadb"],
             # real folders of the project: only a harmless touch is ever tried there
@@ -411,6 +503,8 @@ def host(tmp_path_factory):
     yield info
     unchanged = {str(d): tree_digest(d) == info["digests"][str(d)] for d in (run_dir, cache)}
     listeners.close()
+    if host_key is not None:
+        _libc.syscall(SYS_KEYCTL, KEYCTL_REVOKE, ctypes.c_long(host_key))
     sentinel.kill()
     sentinel.wait()
     assert all(unchanged.values()), f"project folders changed during the suite: {unchanged}"
@@ -611,7 +705,74 @@ def check_project_state(c: Ctx, out: Outcome) -> None:
         assert tree_digest(d) == c.host["digests"][str(d)], f"{d} changed"
 
 
+def case_cgroup_escape(c: Ctx) -> str:
+    # as the third battery did: a new user, mount and cgroup namespace (with and without a uid
+    # map), cgroup v1 mounted inside, the episode's own memory limit raised, the host's root
+    # groups written, a group made; then more memory asked for than the cap allows
+    inner = (f"echo UN\"\"SHARED; for ctl in memory pids cpuset blkio; do "
+             f"mkdir -p /tmp/{c.tag}-$ctl; mount -t cgroup -o $ctl none /tmp/{c.tag}-$ctl 2>&1 && echo MOUNT\"\"ED-$ctl; "
+             f"done; for f in $(find /tmp/{c.tag}-memory -name memory.limit_in_bytes 2>/dev/null); do "
+             f"echo 3355443200 > $f 2>/dev/null && echo RAIS\"\"ED $f; done; "
+             f"[ -e /tmp/{c.tag}-cpuset/cgroup.procs ] && echo 0 > /tmp/{c.tag}-cpuset/cpuset.sched_load_balance "
+             f"2>/dev/null && echo WROTE\"\"-CPUSET; [ -e /tmp/{c.tag}-pids/cgroup.procs ] && "
+             f"mkdir /tmp/{c.tag}-pids/{c.tag} 2>/dev/null && echo MADE\"\"-GROUP")
+    return (f"unshare -U -r -m -C bash -c {shlex.quote(inner)} 2>&1; unshare -U -m -C bash -c {shlex.quote(inner)} 2>&1; "
+            "perl -e '$x = \"x\" x (400*1024*1024); print \"ALLOC\", \"ATED\n\"' 2>&1; echo end")
+
+
+def check_cgroup_escape(c: Ctx, out: Outcome) -> None:
+    for word in ("UNSHARED", "MOUNTED-", "RAISED", "WROTE-CPUSET", "MADE-GROUP", "ALLOCATED"):
+        assert word not in out.output, out.output
+    assert cgroup_dirs_named(c.tag) == [], "a cgroup of the case was left on the host"
+    assert c.host["cgroup_roots"] == cgroup_root_files(), "the host's root cgroups changed"
+
+
+def case_keyring(c: Ctx) -> str:
+    # read the key host root added (search its user keyring for it), plant one of our own in
+    # every keyring that can be named (thread, process, session, user, user-session)
+    desc = c.host["key_description"]
+    # (perl's syscall passes strings by address: each must be a variable, never a literal)
+    perl = ("my ($type, $want, $mine, $data) = ('user', '%s', '%s', 'planted'); "
+            "my $found = syscall(250, 10, -4, $type, $want, 0); "      # KEYCTL_SEARCH
+            "print 'search ', $found, ' ', ($found < 0 ? $! + 0 : 'FOU' . 'ND'), \"\\n\"; "
+            "if ($found > 0) { my $buf = ' ' x 256; my $n = syscall(250, 11, $found, $buf, 256); "  # KEYCTL_READ
+            "print 'READ ', substr($buf, 0, $n), \"\\n\" if $n > 0; } "
+            "for my $ring (-1, -2, -3, -4, -5) { my $k = syscall(248, $type, $mine, $data, 7, $ring); "
+            "print 'add ', $ring, ' ', ($k < 0 ? $! + 0 : 'PLAN' . 'TED'), \"\\n\"; }") % (desc, c.tag)
+    return f"perl -e {shlex.quote(perl)} 2>&1; cat /proc/keys 2>&1 | head -5; echo end"
+
+
+def check_keyring(c: Ctx, out: Outcome) -> None:
+    assert c.host["key_secret"] not in out.output and "READ " not in out.output, out.output
+    assert "FOUND" not in out.output and "PLANTED" not in out.output, out.output
+    planted = host_keys_named(c.tag)
+    for line in planted:  # put the host back first
+        _libc.syscall(SYS_KEYCTL, KEYCTL_REVOKE, ctypes.c_long(int(line.split()[0], 16)))
+    assert planted == [], f"keys the case planted are in the host's keyrings: {planted}"
+
+
+def case_syscalls(c: Ctx) -> str:
+    # calls the filter refuses, each tried for real with arguments that would work unfiltered
+    # (perl's syscall): bpf map create, perf_event_open on itself, userfaultfd, io_uring_setup,
+    # ptrace of its parent, unshare of a user namespace, keyctl, a 32-bit int 0x80 getpid
+    perl = ("my %r; my $attr = pack('LLLLL', 2, 4, 4, 1, 0) . (\"\\0\" x 100); "
+            "$r{bpf} = syscall(321, 0, $attr, 120); "
+            "my $pe = pack('LLQ', 1, 112, 0) . (\"\\0\" x 96); $r{perf} = syscall(298, $pe, 0, -1, -1, 0); "
+            "$r{userfaultfd} = syscall(323, 0); my $p = \"\\0\" x 120; $r{io_uring} = syscall(425, 4, $p); "
+            "$r{ptrace} = syscall(101, 16, getppid(), 0, 0); $r{unshare} = syscall(272, 0x10000000); "
+            "for (sort keys %r) { print $_, ' ', ($r{$_} < 0 ? 'refused' : 'ALLOWED'), \"\\n\"; }")
+    return f"perl -e {shlex.quote(perl)} 2>&1; echo end"
+
+
+def check_syscalls(c: Ctx, out: Outcome) -> None:
+    assert "ALLOWED" not in out.output, out.output
+    assert out.output.count("refused") == 6, out.output
+
+
 CASES: dict[str, tuple[Callable[[Ctx], str], Callable[[Ctx, Outcome], None]]] = {
+    "cgroup_escape": (case_cgroup_escape, check_cgroup_escape),
+    "keyring": (case_keyring, check_keyring),
+    "syscalls": (case_syscalls, check_syscalls),
     "kernel_knobs": (case_kernel_knobs, check_kernel_knobs),
     "raw_devices": (case_raw_devices, check_raw_devices),
     "mount": (case_mount, check_mount),
@@ -662,6 +823,10 @@ def test_hostile_case_is_contained(case, backend, host, monkeypatch):
     if "pids" in cgroup_support().enforced:
         assert facts["cgroup_pids_peak"] <= backend.pids_cap, facts
     assert facts["host_disk_drop_mb"] <= DISK_MARGIN_MB, facts
+    if "memory" in cgroup_support().enforced:  # the cap itself never moved
+        assert facts["cgroup_memory_limits_mb"] == [MEMORY_CAP_MB], facts
+    if "syscall_filter" in backend.facts["enforced"]:  # every process of the sandbox ran filtered
+        assert facts["processes_unfiltered"] == [] and facts["process_samples_filtered"] > 0, facts
     assert facts["host_folders_peak_mb"] <= SEED_MB, facts  # the sandbox's folders on the host hold its seed only
     # nothing on the host, no connection, no secret
     found = [str(p) for d in watched_dirs(host, backend) if d.is_dir() for p in d.glob(f"{tag}*")]

@@ -54,8 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Protocol
 
-from memrl_envs.sandbox import (Limits, SandboxError, caps_report, limits_preexec, log_sandbox_facts,
-                                plan_parallel, rootfs_argv, sandbox_cgroup)
+from memrl_envs.sandbox import (Limits, SandboxError, caps_report, filter_fd, limits_preexec,
+                                log_sandbox_facts, plan_parallel, rootfs_argv, sandbox_cgroup)
 
 from .shell_reader import ReplyReader, TailReader
 
@@ -263,12 +263,16 @@ class OverlayShell:
         except SandboxError as exc:
             self._cleanup_dirs()
             raise ShellError(str(exc)) from exc
+        seccomp = filter_fd()
         try:
             cmd_procs = self._cgroup.move_file("cmd")
             inner = rootfs_argv(server_argv, self._base / "root", env=dict(env or DEFAULT_ENV), cwd="/",
                                 hostname=HOSTNAME, binds=[(cmd_procs, CMD_CGROUP)] if cmd_procs else (),
-                                shm_mb=shm_mb, cgroup_ns=not self._cgroup.moves_need_host_namespace)
+                                shm_mb=shm_mb, cgroup_ns=not self._cgroup.moves_need_host_namespace,
+                                seccomp_fd=seccomp)
         except SandboxError as exc:
+            if seccomp is not None:
+                os.close(seccomp)
             self._cgroup.close()
             self._cleanup_dirs()
             raise ShellError(str(exc)) from exc
@@ -285,11 +289,15 @@ class OverlayShell:
         try:
             self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, preexec_fn=preexec,
-                                          start_new_session=True, env={"PATH": DOCKER_PATH})
+                                          start_new_session=True, env={"PATH": DOCKER_PATH},
+                                          pass_fds=(seccomp,) if seccomp is not None else ())
         except OSError as exc:
             self._cgroup.close()
             self._cleanup_dirs()
             raise ShellError(f"could not start the episode sandbox: {exc}") from exc
+        finally:
+            if seccomp is not None:
+                os.close(seccomp)
         # the server sends at most output_bytes + 1 of a command's output; nothing more is kept
         self._out = ReplyReader(self._proc.stdout, cap=self.output_bytes + 1)
         self._err = TailReader(self._proc.stderr, cap=65536)

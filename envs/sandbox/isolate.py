@@ -49,6 +49,7 @@ from typing import Mapping, Sequence
 from .cgroups import MEMORY, PIDS, PREFIX, SandboxCgroup, cgroup_support
 from .hostview import ETC_PLACEHOLDERS, dirs_above, host_view_args, program_binds_args
 from .masks import masked_paths, proc_mask_args
+from .seccomp import filter_fd, filter_support
 
 BWRAP = "bwrap"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
@@ -156,8 +157,14 @@ def caps_report(limits: Limits, *, work_folder: bool = True) -> dict:
         missing["tmp"] = "disabled by the configuration"
     per_process = {"address_space_mb": limits.memory_mb, "cpu_s": limits.cpu_s, "file_mb": limits.file_mb,
                    "nproc": limits.nproc, "open_files": limits.nofile, "wall_s": limits.wall_s}
+    syscalls = filter_support()
+    if syscalls.program is not None:
+        enforced["syscall_filter"] = (f"seccomp: {len(syscalls.facts()['refused'])} kinds of call refused "
+                                      "(Docker's default profile's deny-list; see syscall_filter)")
+    else:
+        missing["syscall_filter"] = syscalls.why_not
     return {"enforced": enforced, "missing": missing, "per_process": per_process,
-            "kernel_interfaces": masked_paths()}
+            "kernel_interfaces": masked_paths(), "syscall_filter": syscalls.facts()}
 
 
 def _next_uid() -> int:
@@ -205,7 +212,8 @@ def _bwrap_argv(argv: Sequence[str], *, workdir: Path | None, env: Mapping[str, 
                 drop_to: int | None, network: bool, cwd: str | None, ready_fd: int,
                 tmp_mb: int | None = None, disk_mb: int | None = None,
                 placeholder_fds: Sequence[int] = (), binds: Sequence[tuple[str, str]] = (),
-                hostname: str | None = None, cgroup_ns: bool = True) -> list[str]:
+                hostname: str | None = None, cgroup_ns: bool = True,
+                seccomp_fd: int | None = None) -> list[str]:
     exe = shutil.which(BWRAP)
     if exe is None:
         raise SandboxError("bubblewrap (`bwrap`) is not installed: apt-get install bubblewrap")
@@ -222,7 +230,10 @@ def _bwrap_argv(argv: Sequence[str], *, workdir: Path | None, env: Mapping[str, 
         for cap in keep:
             args += ["--cap-add", cap]
     else:
-        args += ["--unshare-all"] + (["--share-net"] if network else [])
+        # a user namespace of its own, in which no further one can be made
+        args += ["--unshare-all", "--unshare-user", "--disable-userns"] + (["--share-net"] if network else [])
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     if hostname:
         args += ["--hostname", hostname]
     seeded = False
@@ -269,14 +280,16 @@ def _bwrap_argv(argv: Sequence[str], *, workdir: Path | None, env: Mapping[str, 
 def rootfs_argv(argv: Sequence[str], root_dir: str | os.PathLike[str], *, env: Mapping[str, str],
                 cwd: str = "/", network: bool = False, hostname: str | None = None,
                 binds: Sequence[tuple[str, str]] = (), shm_mb: int | None = 128,
-                cgroup_ns: bool = True) -> list[str]:
+                cgroup_ns: bool = True, seccomp_fd: int | None = None) -> list[str]:
     """The bwrap command line that runs `argv` as uid 0 inside `root_dir`, in the
     root-file-system mode described above, for callers that manage the process themselves
     (e.g. a shell that serves several commands; its cgroups and the disk cap of `root_dir` are
     the caller's). `env` is the whole environment (nothing is added); `hostname` names its UTS
     namespace; `binds` are extra (host path, sandbox path) read-write binds, made after /dev
     and /proc; `shm_mb` sizes /dev/shm; `cgroup_ns=False` keeps the host's cgroup namespace
-    (cgroup v2 lets a process move only between groups under its namespace's root).
+    (cgroup v2 lets a process move only between groups under its namespace's root);
+    `seccomp_fd` is a descriptor of the system-call filter (`seccomp.filter_fd`), which the
+    caller passes to the process and closes.
     `root_dir` must be disposable (an overlay), never the host's `/`; the harness must be root
     (without root the sandbox would be a user namespace whose "root" cannot chown)."""
     if os.geteuid() != 0:
@@ -285,7 +298,8 @@ def rootfs_argv(argv: Sequence[str], root_dir: str | os.PathLike[str], *, env: M
         raise SandboxError("privileged_root needs a disposable root_dir, never the host's /")
     return _bwrap_argv(argv, workdir=None, env=env, ro_binds=(), root_dir=Path(root_dir),
                        privileged_root=True, drop_to=None, network=network, cwd=cwd, ready_fd=-1,
-                       tmp_mb=shm_mb, binds=binds, hostname=hostname, cgroup_ns=cgroup_ns)
+                       tmp_mb=shm_mb, binds=binds, hostname=hostname, cgroup_ns=cgroup_ns,
+                       seccomp_fd=seccomp_fd)
 
 
 def limits_preexec(limits: Limits):
@@ -398,6 +412,7 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
         os.close(w)  # empty files: bwrap reads each to its end at once
     fds = [r for r, _ in placeholders]
     chan_r = chan_w = None
+    seccomp = filter_fd()
     if result_channel is not None:
         chan_r, chan_w = os.pipe()
         argv = [*argv, str(chan_w)]
@@ -406,13 +421,13 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
                            disk_mb=limits.disk_mb, placeholder_fds=fds,
                            root_dir=Path(root_dir) if root_dir is not None else None,
                            privileged_root=privileged_root, drop_to=uid, network=network, cwd=cwd,
-                           ready_fd=status_w)
+                           ready_fd=status_w, seccomp_fd=seccomp)
         start = time.monotonic()
         proc = subprocess.Popen(args, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 preexec_fn=_limit_setter(limits, cg.preexec() if cg.groups else None),
                                 start_new_session=True, env={"PATH": DEFAULT_PATH},
-                                pass_fds=(status_w, *fds, *([chan_w] if chan_w is not None else [])))
+                                pass_fds=(status_w, *fds, *(fd for fd in (chan_w, seccomp) if fd is not None)))
     except (OSError, SandboxError) as exc:
         os.close(status_r)
         if chan_r is not None:
@@ -427,8 +442,9 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
         os.close(status_w)
         for fd in fds:
             os.close(fd)
-        if chan_w is not None:
-            os.close(chan_w)
+        for fd in (chan_w, seccomp):
+            if fd is not None:
+                os.close(fd)
     status = _Capped(os.fdopen(status_r, "rb"), 65536)
     chan = _Capped(os.fdopen(chan_r, "rb"), result_channel) if chan_r is not None else None
     out = _Capped(proc.stdout, limits.output_bytes)
