@@ -179,9 +179,14 @@ def test_a_flood_into_the_shells_own_pipe_stays_out_of_the_harness(rootfs):
         finally:
             stop.set()
             sampler.join()
-        # the flood lands in this command's reply (the server's pipe is still reachable), capped
-        assert r.exit_code == 0 and r.truncated and len(r.output) == 1000
-        assert r.dropped + sh._out.junk > 100_000_000  # it did arrive, and was dropped unread
+        if sh.mapped:
+            # root inside is an unprivileged host id: the harness's pipes (host root's) cannot be
+            # opened through /proc at all
+            assert (r.exit_code, r.output, r.dropped, sh._out.junk) == (0, "done\n", 0, 0), r
+        else:
+            # uid 0 on the host: the flood lands in this command's reply, capped, the rest dropped
+            assert r.exit_code == 0 and r.truncated and len(r.output) == 1000
+            assert r.dropped + sh._out.junk > 100_000_000
         assert after.output == "still here\n" and not after.truncated
         print(f"harness RSS {base:.0f} MB -> peak {peak:.0f} MB; dropped {r.dropped + sh._out.junk} bytes")
         assert peak - base < 100, (base, peak)

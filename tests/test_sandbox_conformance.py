@@ -160,6 +160,7 @@ class Sampler:
         self.cg_mem_limits: set[int] = set()     # the memory limits the sandboxes' groups had
         self.unfiltered: set[str] = set()        # sandbox processes seen without the syscall filter
         self.filtered = 0
+        self.host_uids: dict[str, int] = {}      # name -> host uid of the processes inside
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -179,6 +180,9 @@ class Sampler:
                     self.cg_mem_limits.add(limit)
                 for pid in cg.procs():
                     mode, comm = seccomp_mode(pid)
+                    uid = host_uid(pid)
+                    if uid is not None and not in_host_pid_namespace(pid) and not is_launcher(pid):
+                        self.host_uids[comm] = uid
                     # the launchers (the harness's child, unshare, mount, bwrap's monitor) are in the
                     # host's PID namespace, outside the filter by design, and so is bwrap's own init
                     # (pid 1 inside, bwrap's code, which nothing can ptrace); all else must be filtered
@@ -204,7 +208,8 @@ class Sampler:
                 "cgroup_memory_peak_mb": round(self.cg_mem_peak / 2**20, 1),
                 "cgroup_pids_peak": self.cg_pids_peak, "samples": self.samples,
                 "cgroup_memory_limits_mb": sorted(v // 2**20 for v in self.cg_mem_limits),
-                "processes_unfiltered": sorted(self.unfiltered), "process_samples_filtered": self.filtered}
+                "processes_unfiltered": sorted(self.unfiltered), "process_samples_filtered": self.filtered,
+                "host_uids": dict(sorted(self.host_uids.items()))}
 
 
 def memory_limit_bytes(cg) -> int | None:
@@ -227,6 +232,26 @@ def seccomp_mode(pid: int) -> tuple[str | None, str]:
         return None, ""
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     return fields.get("Seccomp", "").strip() or None, fields.get("Name", "").strip()
+
+
+def host_uid(pid: int) -> int | None:
+    """A process's effective uid as the host sees it."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[2])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def is_launcher(pid: int) -> bool:
+    """The host-root mode's launcher, still host root for the moment it hands the work folder
+    over and drops to the sandbox uid (isolate._LAUNCH; no task code has run yet)."""
+    try:
+        return b"no_new_privs failed" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def in_host_pid_namespace(pid: int) -> bool:
@@ -408,6 +433,9 @@ class HostRootBackend:
                                  max_parallel=1, cache_dir=cache, work_root=self.work_root)
         self.facts = self.executor.facts()
         self.scratch = [str(self.work_root)]
+        from memrl_envs.sandbox.uids import UID_BASE, UID_SPAN
+
+        self.host_uid_range = (UID_BASE, UID_BASE + UID_SPAN)
 
     def run(self, script: str) -> Outcome:
         start = time.monotonic()
@@ -443,6 +471,10 @@ class RootfsBackend:
 
         self.facts = overlay_facts(upper_size_mb=DISK_CAP_MB, pids_max=PIDS_CAP, memory_mb=MEMORY_CAP_MB,
                                    max_parallel=1)
+        from memrl_envs.sandbox import HOST_BASE, ID_COUNT, userns_available
+
+        # where the host cannot map ids, the facts say so and root inside is host root
+        self.host_uid_range = (HOST_BASE, HOST_BASE + ID_COUNT) if userns_available() is None else (0, 1)
 
     def run(self, script: str) -> Outcome:
         from memrl_envs.lifelong.os_episode import Action, OsTask
@@ -807,7 +839,7 @@ def test_hostile_case_is_contained(case, backend, host, monkeypatch):
     ctx = Ctx(tag=tag, host=host, knob_values={p: _probe_value(p, v, tag) for p, v in saved.items()})
     log_mark = kernel_log_time()
     host["listeners"].accepted.clear()
-    script = background(tag) + make(ctx)
+    script = background(tag) + make(ctx) + "; sleep 0.3"  # long enough for the sampler to see it
     try:
         with Sampler(sorted({"/", *backend.scratch}), backend.scratch) as sampler:
             out = backend.run(script)
@@ -827,6 +859,11 @@ def test_hostile_case_is_contained(case, backend, host, monkeypatch):
         assert facts["cgroup_memory_limits_mb"] == [MEMORY_CAP_MB], facts
     if "syscall_filter" in backend.facts["enforced"]:  # every process of the sandbox ran filtered
         assert facts["processes_unfiltered"] == [] and facts["process_samples_filtered"] > 0, facts
+    # root inside is nobody outside: every process of the case runs as an unprivileged host uid
+    # (bwrap's own init of the host-root mode, which drops every capability, aside)
+    low, high = backend.host_uid_range
+    seen = {name: uid for name, uid in facts["host_uids"].items() if not (name == "bwrap" and uid == 0)}
+    assert seen and all(low <= uid < high for uid in seen.values()), facts
     assert facts["host_folders_peak_mb"] <= SEED_MB, facts  # the sandbox's folders on the host hold its seed only
     # nothing on the host, no connection, no secret
     found = [str(p) for d in watched_dirs(host, backend) if d.is_dir() for p in d.glob(f"{tag}*")]

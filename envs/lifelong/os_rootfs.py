@@ -12,6 +12,8 @@ Layout under the cache root (``rootfs_root()``)::
     <name>.json          written last: the recipe, the mirror, seconds taken, size
     <name>.build.log     debootstrap's output
     .<name>.lock         held while building, so concurrent builders wait for one another
+    <name>.ids-<base>/   the same tree with every owner shifted by <base>: the `/` of episodes
+                         whose root is an unprivileged host id (`shifted_rootfs`), and its .json
 
 ``<name>`` carries a hash of the recipe, so a changed package list builds a new tree.
 
@@ -31,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -243,6 +246,73 @@ def build_rootfs(root: str | os.PathLike[str] | None = None, spec: RootfsSpec = 
         os.replace(tmp_stamp, stamp)
         log(f"built {final} in {seconds:.0f} s ({info.size_mb} MB)")
         return final
+
+
+def shifted_rootfs(path: str | os.PathLike[str], base: int, count: int = 65_536) -> Path:
+    """The tree at `path` with every owner shifted by `base` (uid u -> base + u, gid alike):
+    the `/` of a sandbox whose root is host uid `base` (memrl_envs.sandbox.userns), as a
+    rootless container's image is stored. Made once next to the tree (`<name>.ids-<base>`,
+    with its own `.json`, remade when the tree was rebuilt) and reused; root only."""
+    src = Path(path).resolve()
+    final = src.with_name(f"{src.name}.ids-{base}")
+    stamp = final.with_name(final.name + ".json")
+    source_stamp = src.with_name(src.name + ".json")
+    origin = source_stamp.read_text() if source_stamp.is_file() else f"unstamped {src.stat().st_mtime_ns}"
+
+    def current() -> bool:
+        try:
+            return final.is_dir() and json.loads(stamp.read_text()).get("source_stamp") == origin
+        except (OSError, ValueError):
+            return False
+
+    if current():
+        return final
+    if os.geteuid() != 0:
+        raise RootfsError(f"shifting the owners of {src} needs root")
+    with _lock(final.with_name(f".{final.name}.lock")):
+        if current():
+            return final
+        start = time.monotonic()
+        tmp = final.with_name(f".{final.name}.tmp")
+        for old in (tmp, final):
+            if old.exists():
+                shutil.rmtree(old)
+        stamp.unlink(missing_ok=True)
+        copy = subprocess.run(["cp", "-a", "--reflink=auto", str(src), str(tmp)], capture_output=True, text=True)
+        if copy.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise RootfsError(f"could not copy {src}: {copy.stderr.strip()[:300]}")
+        try:
+            entries = _shift_owners(tmp, base, count)
+        except (OSError, RootfsError):
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        os.replace(tmp, final)
+        stamp.write_text(json.dumps({"source": str(src), "source_stamp": origin, "base": base, "count": count,
+                                     "entries": entries, "seconds": round(time.monotonic() - start, 1)}) + "\n")
+        return final
+
+
+def _shift_owners(tree: Path, base: int, count: int) -> int:
+    """lchown every inode once by `base` (hard links share one); set-id bits, which chown
+    clears, are put back. The number of inodes shifted."""
+    seen: set[tuple[int, int]] = set()
+    n = 0
+    for dirpath, dirs, files in os.walk(tree):
+        paths = [dirpath] if dirpath == str(tree) else []
+        for path in paths + [os.path.join(dirpath, name) for name in dirs + files]:
+            st = os.lstat(path)
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            if st.st_uid >= count or st.st_gid >= count:
+                raise RootfsError(f"{path} is owned by {st.st_uid}:{st.st_gid}, outside the {count} ids "
+                                  "a sandbox maps")
+            os.lchown(path, base + st.st_uid, base + st.st_gid)
+            if not stat.S_ISLNK(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                os.chmod(path, stat.S_IMODE(st.st_mode))
+            n += 1
+    return n
 
 
 def build_info(path: Path) -> dict | None:

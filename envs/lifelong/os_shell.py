@@ -8,9 +8,12 @@ One `OverlayShell` is one episode's "container":
   namespace, so they vanish with its last process: nothing to unmount on the host, nothing
   left behind when the harness is killed, and the upper layer (everything the episode wrote)
   is freed with it;
-* bubblewrap on top (`memrl_envs.sandbox.rootfs_argv`): the overlay as `/`, uid 0 with
+* bubblewrap on top (`memrl_envs.sandbox.rootfs_argv`): the overlay as `/`, uid 0 inside a
+  user namespace whose ids are unprivileged host ids (`memrl_envs.sandbox.userns`; the lower
+  layer is then the copy of the tree owned by those ids, `os_rootfs.shifted_rootfs`), with
   Docker's default capabilities minus raw sockets, low ports, mknod, chroot, audit writes and
-  file capabilities (so, as in Docker, no mounts and no modules), no_new_privs, its own PID,
+  file capabilities (so, as in Docker, no mounts and no modules), of that namespace only, the
+  system-call filter (`memrl_envs.sandbox.seccomp`), no_new_privs, its own PID,
   network (none), IPC and UTS namespaces (host name ``memrl-os``), kernel interfaces masked or
   read-only as runc and Docker do (/proc/sys, /proc/sysrq-trigger, /proc/kcore, ...; no /sys),
   a read-only /dev with a capped /dev/shm, an empty environment plus Docker's defaults (PATH,
@@ -54,9 +57,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Protocol
 
-from memrl_envs.sandbox import (Limits, SandboxError, caps_report, filter_fd, limits_preexec,
-                                log_sandbox_facts, plan_parallel, rootfs_argv, sandbox_cgroup)
+from memrl_envs.sandbox import (HOST_BASE, ID_COUNT, Handshake, Limits, SandboxError, UsernsError, caps_report,
+                                filter_fd, limits_preexec, log_sandbox_facts, plan_parallel, rootfs_argv,
+                                sandbox_cgroup, userns_available)
 
+from .os_rootfs import RootfsError, shifted_rootfs
 from .shell_reader import ReplyReader, TailReader
 
 log = logging.getLogger(__name__)
@@ -178,13 +183,28 @@ def overlay_available() -> str | None:
 # upper layer, the overlay, then bwrap.
 _SETUP = r'''
 set -eu
-lower=$1 base=$2 size=$3
-shift 3
+lower=$1 base=$2 size=$3 owner=$4 shown=$5
+shift 5
 mount -t tmpfs -o "size=${size}m,mode=0755" memrl-episode "$base"
 mkdir "$base/upper" "$base/work" "$base/root"
+chown "$owner:$owner" "$base/upper"  # the overlay's / takes its owner from here: root inside
 mount -t overlay memrl-episode -o "lowerdir=$lower,upperdir=$base/upper,workdir=$base/work" "$base/root"
+[ "$shown" = "$base/root" ] || mount --bind "$base/root" "$shown"
 exec "$@"
 '''
+
+# Where, in the episode's own mount namespace, its overlay is shown to bubblewrap when bwrap runs
+# as an unprivileged host id: a host folder every uid may traverse (the scratch folder's parents
+# may not be, e.g. a 0700 home), covered only inside that namespace.
+SHOW_AT = ("/mnt", "/media", "/srv", "/opt")
+
+
+def _shown_at(base: Path, mapped: bool) -> str:
+    if mapped:
+        for d in SHOW_AT:
+            if os.path.isdir(d) and not os.path.islink(d) and os.stat(d).st_mode & 0o001:
+                return d
+    return str(base / "root")
 
 
 # open files: 128 per process (shell commands need a handful), so an episode at its 1,024-process
@@ -213,8 +233,16 @@ def overlay_facts(*, upper_size_mb: int, pids_max: int, memory_mb: int | None, m
                          what="Lifelong-OS episode sandboxes",
                          files_each=(pids_max or 1) * (limits.nofile or 0) or None)
     log_sandbox_facts(log, "Lifelong-OS sandbox", caps, plan)
-    return {"mode": "root file system (bubblewrap over a tmpfs-backed overlay, uid 0 with Docker's "
-                    "default capabilities minus a few)", **caps, "parallel": plan.facts()}
+    why_not = userns_available()
+    if why_not is None:
+        caps["enforced"]["user_namespace"] = f"root inside is host uid {HOST_BASE} ({ID_COUNT} ids mapped)"
+    else:
+        caps["missing"]["user_namespace"] = why_not
+    user = (f"uid 0 inside a user namespace, host uids {HOST_BASE}-{HOST_BASE + ID_COUNT - 1} outside"
+            if why_not is None else f"uid 0 of the host (no user namespace: {why_not})")
+    return {"mode": f"root file system (bubblewrap over a tmpfs-backed overlay; {user}; Docker's default "
+                    "capabilities minus a few)", "user_namespace": why_not is None,
+            **caps, "parallel": plan.facts()}
 
 
 class OverlayShell:
@@ -245,6 +273,14 @@ class OverlayShell:
         lower = Path(rootfs).resolve()
         if not (lower / "bin").exists() or not (lower / "etc").is_dir():
             raise ShellError(f"{lower} does not look like a root file system")
+        # root inside a user namespace, an unprivileged host id outside, where the host allows
+        # it (overlay_facts says which); the tree is then the copy owned by the shifted ids
+        self.mapped = userns_available() is None
+        if self.mapped:
+            try:
+                lower = shifted_rootfs(lower, HOST_BASE, ID_COUNT)
+            except (OSError, RootfsError) as exc:
+                raise ShellError(f"could not make the id-shifted copy of {lower}: {exc}") from exc
         if re.search(r"[,:\\\s]", str(lower)):
             raise ShellError(f"root file system path {lower} has a character overlay options cannot carry")
         self.output_bytes = int(output_bytes)
@@ -264,20 +300,27 @@ class OverlayShell:
             self._cleanup_dirs()
             raise ShellError(str(exc)) from exc
         seccomp = filter_fd()
+        shake = Handshake() if self.mapped else None
+        owner = HOST_BASE if self.mapped else 0
         try:
             cmd_procs = self._cgroup.move_file("cmd")
-            inner = rootfs_argv(server_argv, self._base / "root", env=dict(env or DEFAULT_ENV), cwd="/",
+            if cmd_procs and self.mapped:
+                self._cgroup.delegate_moves("cmd", HOST_BASE, HOST_BASE)
+            shown = _shown_at(self._base, self.mapped)
+            inner = rootfs_argv(server_argv, shown, env=dict(env or DEFAULT_ENV), cwd="/",
                                 hostname=HOSTNAME, binds=[(cmd_procs, CMD_CGROUP)] if cmd_procs else (),
                                 shm_mb=shm_mb, cgroup_ns=not self._cgroup.moves_need_host_namespace,
-                                seccomp_fd=seccomp)
-        except SandboxError as exc:
+                                seccomp_fd=seccomp, userns=shake)
+        except (SandboxError, OSError) as exc:
             if seccomp is not None:
                 os.close(seccomp)
+            if shake is not None:
+                shake.close()
             self._cgroup.close()
             self._cleanup_dirs()
             raise ShellError(str(exc)) from exc
         argv = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _SETUP,
-                "memrl-overlay", str(lower), str(self._base), str(int(upper_size_mb)), *inner]
+                "memrl-overlay", str(lower), str(self._base), str(int(upper_size_mb)), str(owner), shown, *inner]
         join = self._cgroup.preexec("srv") if self._cgroup.groups else None
         set_limits = limits_preexec(limits)
 
@@ -290,18 +333,32 @@ class OverlayShell:
             self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, preexec_fn=preexec,
                                           start_new_session=True, env={"PATH": DOCKER_PATH},
-                                          pass_fds=(seccomp,) if seccomp is not None else ())
+                                          pass_fds=(*((seccomp,) if seccomp is not None else ()),
+                                                    *(shake.fds if shake is not None else ())))
         except OSError as exc:
+            if shake is not None:
+                shake.close()
             self._cgroup.close()
             self._cleanup_dirs()
             raise ShellError(f"could not start the episode sandbox: {exc}") from exc
         finally:
             if seccomp is not None:
                 os.close(seccomp)
+        if shake is not None:
+            shake.started()
         # the server sends at most output_bytes + 1 of a command's output; nothing more is kept
         self._out = ReplyReader(self._proc.stdout, cap=self.output_bytes + 1)
         self._err = TailReader(self._proc.stderr, cap=65536)
         self._out.expect(re.compile(rb"READY\n"))
+        if shake is not None:
+            try:
+                shake.complete(_START_TIMEOUT_S)
+            except UsernsError as exc:
+                time.sleep(0.2)  # let the reader take what the sandbox said before it ended
+                detail = self._err.text().strip()[-800:]
+                self.close()
+                raise ShellError(f"the episode sandbox did not start: {exc}"
+                                 + (f": {detail}" if detail else "")) from exc
         if self._out.wait(time.monotonic() + _START_TIMEOUT_S) is None:
             detail = self._err.text().strip()[-800:]
             self.close()

@@ -1,20 +1,24 @@
 """Running untrusted, model-written code and commands away from the host.
 
-`run_isolated` is the one entry point; `bubblewrap` (Linux namespaces) is the isolation layer,
-`cgroups` caps a whole sandbox, `masks` hides the kernel's interfaces, `hostview` is what of
-the host a host-root sandbox sees, `fit` checks that the sandboxes run at once fit the machine, `seccomp` is the
-system-call filter.
-See `isolate.py` for what a sandboxed process can and cannot do.
+`run_isolated` is the one entry point; `bubblewrap` (Linux namespaces) is the isolation layer
+(`bwrap_args` builds its command line), `cgroups` caps a whole sandbox, `masks` hides the
+kernel's interfaces, `hostview` is what of the host a host-root sandbox sees, `fit` checks that
+the sandboxes run at once fit the machine, `seccomp` is the system-call filter, `uids` gives
+each host-root sandbox a uid of its own, `userns` maps root inside a root-file-system sandbox
+to an unprivileged host id. See `isolate.py` for what a sandboxed process can and cannot do.
 """
 
+from .bwrap_args import rootfs_argv
 from .cgroups import CgroupSupport, SandboxCgroup, cgroup_support
+from .errors import SandboxError
 from .fit import ParallelPlan, SandboxFitError, log_sandbox_facts, plan_parallel
 from .hostview import python_binds
+from .isolate import (Limits, SandboxResult, bwrap_available, caps_report, limits_preexec, run_isolated,
+                      sandbox_cgroup)
 from .seccomp import filter_fd, filter_support
-from .isolate import (Limits, SandboxError, SandboxResult, bwrap_available, caps_report, limits_preexec,
-                      rootfs_argv, run_isolated, sandbox_cgroup)
+from .userns import HOST_BASE, ID_COUNT, Handshake, UsernsError, userns_available
 
-__all__ = ["CgroupSupport", "Limits", "ParallelPlan", "SandboxCgroup", "SandboxError", "SandboxFitError",
-           "SandboxResult", "bwrap_available", "caps_report", "cgroup_support", "filter_fd", "filter_support",
-           "limits_preexec",
-           "log_sandbox_facts", "plan_parallel", "python_binds", "rootfs_argv", "run_isolated", "sandbox_cgroup"]
+__all__ = ["CgroupSupport", "HOST_BASE", "Handshake", "ID_COUNT", "Limits", "ParallelPlan", "SandboxCgroup",
+           "SandboxError", "SandboxFitError", "SandboxResult", "UsernsError", "bwrap_available", "caps_report",
+           "cgroup_support", "filter_fd", "filter_support", "limits_preexec", "log_sandbox_facts",
+           "plan_parallel", "python_binds", "rootfs_argv", "run_isolated", "sandbox_cgroup", "userns_available"]

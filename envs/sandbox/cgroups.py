@@ -307,6 +307,17 @@ class SandboxCgroup:
         group = self._mover()
         return str(self._member_dir(group, child) / "cgroup.procs") if group is not None else None
 
+    def delegate_moves(self, child: str, uid: int, gid: int) -> None:
+        """Let processes of host uid `uid` move themselves into sub-group `child`: its
+        `cgroup.procs` becomes theirs (on v2 also the sandbox group's, which a move between
+        sub-groups needs). Every limit file stays root's."""
+        group = self._mover()
+        if group is None:
+            return
+        os.chown(self._member_dir(group, child) / "cgroup.procs", uid, gid)
+        if group.version == 2:
+            os.chown(group.path / "cgroup.procs", uid, gid)
+
     @property
     def moves_need_host_namespace(self) -> bool:
         """cgroup v2 lets a process move only between groups under the root of its cgroup

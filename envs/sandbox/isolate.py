@@ -11,15 +11,18 @@ folder's files (writes past the cap fail with ENOSPC; nothing written reaches th
 or with `disk_mb=None` the host folder itself. Its own user, PID, IPC, UTS, cgroup and network
 namespaces (no network; no view of host processes), an empty environment (`--clearenv`) plus
 the variables the caller passes (no API keys), and, when the harness runs as root, an
-unprivileged uid of its own.
+unprivileged uid of its own, unique among the machine's live sandboxes (`uids`).
 
 Root-file-system mode (`privileged_root` with a `root_dir`: Lifelong-OS episodes that run
-`useradd` or `chown`): a disposable root file system as `/`, uid 0 without a user namespace
-but with the capabilities Docker drops by default removed as well (no mounts, no module
-loading, no raw I/O, no ptrace, no mknod), no_new_privs, its own mount, PID, IPC, UTS and
-network namespaces.
+`useradd` or `chown`): a disposable root file system as `/`, uid 0 with the capabilities
+Docker drops by default removed as well (no mounts, no module loading, no raw I/O, no ptrace,
+no mknod), no_new_privs, its own mount, PID, IPC, UTS and network namespaces. Through
+`rootfs_argv(userns=...)` (the Lifelong-OS shell) that uid 0 is an unprivileged host id in a
+user namespace of its own (`userns`); `run_isolated(privileged_root=True)` keeps host uid 0.
 
 In both modes:
+  * the system-call filter (`seccomp`): no keyrings, no new namespaces, no mounts, no ptrace,
+    no bpf/perf/userfaultfd/io_uring, as Docker's default profile;
   * kernel interfaces masked or read-only (`masks`: /proc/sys, /proc/sysrq-trigger, /proc/kcore,
     /proc/keys, ... as runc and Docker do); no /sys; a minimal /dev, read-only but for its
     capped /dev/shm; the host-root mode's `/` read-only;
@@ -33,45 +36,26 @@ In both modes:
 
 from __future__ import annotations
 
-import itertools
 import os
 import resource
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from .bwrap_args import BWRAP, bwrap_argv
 from .cgroups import MEMORY, PIDS, PREFIX, SandboxCgroup, cgroup_support
-from .hostview import ETC_PLACEHOLDERS, dirs_above, host_view_args, program_binds_args
-from .masks import masked_paths, proc_mask_args
+from .errors import SandboxError
+from .hostview import ETC_PLACEHOLDERS
+from .masks import masked_paths
 from .seccomp import filter_fd, filter_support
+from .uids import UidsExhausted, lease_uid
 
-BWRAP = "bwrap"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
-SEED_DIR = "/.memrl-seed"  # host-root mode: where the host work folder is shown read-only to be copied in
-# uids handed to sandboxes when the harness runs as root: one per concurrent sandbox, so
-# process limits are per sandbox. Far above the usual system and login ranges.
-_UID_BASE = 2_000_000
-_UID_SPAN = 50_000
-_uid_counter = itertools.count()
-_uid_lock = threading.Lock()
-# Capabilities a privileged sandbox keeps (Docker's default set minus NET_RAW/NET_BIND/MKNOD/
-# AUDIT_WRITE/SETFCAP/SYS_CHROOT which none of the tasks need).
-_KEEP_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
-              "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP")
-# The host-root launcher's, until it drops to the sandbox uid (which clears them all): hand the
-# work folder to that uid, then become it.
-_LAUNCHER_CAPS = ("CAP_CHOWN", "CAP_SETUID", "CAP_SETGID")
-
-
-class SandboxError(RuntimeError):
-    """The sandbox itself could not be set up (not: the code inside failed)."""
-
 
 @dataclass(frozen=True)
 class Limits:
@@ -167,139 +151,11 @@ def caps_report(limits: Limits, *, work_folder: bool = True) -> dict:
             "kernel_interfaces": masked_paths(), "syscall_filter": syscalls.facts()}
 
 
-def _next_uid() -> int:
-    with _uid_lock:
-        n = next(_uid_counter)
-    return _UID_BASE + (os.getpid() * 97 + n) % _UID_SPAN
-
-
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
     os.chown(path, uid, gid)
     for root, dirs, files in os.walk(path):
         for name in dirs + files:
             os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)
-
-
-# The first program inside a host-root sandbox (run by the host interpreter): forbid regaining
-# privileges through setuid binaries, hand the work folder to the sandbox uid and drop to it
-# when the harness is root, copy the seed into the (tmpfs) work folder, say the sandbox is up,
-# enter the working directory, then become the real command.
-_LAUNCH = (
-    "import ctypes,os,sys\n"
-    "fd,u,cwd,work,seed=int(sys.argv[1]),sys.argv[2],sys.argv[3],sys.argv[4],sys.argv[5]\n"
-    "if ctypes.CDLL(None,use_errno=True).prctl(38,1,0,0,0)!=0: raise SystemExit('no_new_privs failed')\n"
-    "if u!='-':\n"
-    " u=int(u)\n"
-    " if seed!='-': os.chown(work,u,u)\n"
-    " os.setgroups([]);os.setgid(u);os.setuid(u)\n"
-    "if seed!='-':\n"
-    " import shutil\n"
-    " for n in os.listdir(seed):\n"
-    "  s,d=os.path.join(seed,n),os.path.join(work,n)\n"
-    "  if os.path.isdir(s) and not os.path.islink(s): shutil.copytree(s,d,symlinks=True)\n"
-    "  else: shutil.copy2(s,d,follow_symlinks=False)\n"
-    "os.chdir(cwd);os.write(fd,b'up');os.close(fd)\n"
-    "os.execvp(sys.argv[6],sys.argv[6:])\n"
-)
-
-
-def _size(mb: int | None) -> list[str]:
-    return [] if mb is None else ["--size", str(int(mb) * 2**20)]
-
-
-def _bwrap_argv(argv: Sequence[str], *, workdir: Path | None, env: Mapping[str, str],
-                ro_binds: Sequence[str], root_dir: Path | None, privileged_root: bool,
-                drop_to: int | None, network: bool, cwd: str | None, ready_fd: int,
-                tmp_mb: int | None = None, disk_mb: int | None = None,
-                placeholder_fds: Sequence[int] = (), binds: Sequence[tuple[str, str]] = (),
-                hostname: str | None = None, cgroup_ns: bool = True,
-                seccomp_fd: int | None = None) -> list[str]:
-    exe = shutil.which(BWRAP)
-    if exe is None:
-        raise SandboxError("bubblewrap (`bwrap`) is not installed: apt-get install bubblewrap")
-    args = [exe, "--die-with-parent", "--new-session", "--clearenv"]
-    if os.geteuid() == 0:
-        # No user namespace (inside it root would still own the host's files): bwrap sets the
-        # sandbox up as root, then the command runs with few or no capabilities.
-        args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-        args += ["--unshare-cgroup-try"] if cgroup_ns else []
-        if not network:
-            args += ["--unshare-net"]
-        args += ["--cap-drop", "ALL"]
-        keep = _KEEP_CAPS if privileged_root else _LAUNCHER_CAPS
-        for cap in keep:
-            args += ["--cap-add", cap]
-    else:
-        # a user namespace of its own, in which no further one can be made
-        args += ["--unshare-all", "--unshare-user", "--disable-userns"] + (["--share-net"] if network else [])
-    if seccomp_fd is not None:
-        args += ["--seccomp", str(seccomp_fd)]
-    if hostname:
-        args += ["--hostname", hostname]
-    seeded = False
-    if root_dir is not None:
-        args += ["--bind", str(root_dir), "/", "--dev", "/dev",
-                 *_size(tmp_mb), "--perms", "1777", "--tmpfs", "/dev/shm",
-                 "--proc", "/proc", *proc_mask_args()]
-        if workdir is not None:
-            args += ["--bind", str(workdir), str(workdir)]
-    else:
-        made: set[str] = set()
-        args += host_view_args(placeholder_fds, made)
-        args += ["--dev", "/dev", *_size(tmp_mb), "--perms", "1777", "--tmpfs", "/dev/shm",
-                 "--proc", "/proc", *proc_mask_args(),
-                 *_size(tmp_mb), "--perms", "1777", "--tmpfs", "/tmp"]
-        made.update(("/dev", "/proc", "/tmp"))
-        try:
-            args += program_binds_args(ro_binds, made)
-        except ValueError as exc:
-            raise SandboxError(str(exc)) from exc
-        if workdir is not None:
-            if disk_mb is None:
-                args += dirs_above(str(workdir), made) + ["--bind", str(workdir), str(workdir)]
-            else:
-                seeded = True
-                args += ["--ro-bind", str(workdir), SEED_DIR, *dirs_above(str(workdir), made),
-                         *_size(disk_mb), "--perms", "0755", "--tmpfs", str(workdir)]
-    for src, dest in binds:
-        args += ["--bind", str(src), str(dest)]
-    # last: nothing more is mounted, so make the skeleton read-only (binds inside stay as made)
-    args += ["--remount-ro", "/dev"] + (["--remount-ro", "/"] if root_dir is None else [])
-    for key, value in env.items():
-        args += ["--setenv", key, value]
-    chdir = cwd or (str(workdir) if workdir is not None else "/")
-    if root_dir is not None:
-        # a foreign root file system has no host interpreter: no launcher
-        return args + ["--chdir", chdir, "--", *argv]
-    user = "-" if drop_to is None else str(drop_to)
-    return args + ["--chdir", "/", "--", sys.executable, "-I", "-S", "-c", _LAUNCH,
-                   str(ready_fd), user, chdir, str(workdir) if workdir is not None else "-",
-                   SEED_DIR if seeded else "-", *argv]
-
-
-def rootfs_argv(argv: Sequence[str], root_dir: str | os.PathLike[str], *, env: Mapping[str, str],
-                cwd: str = "/", network: bool = False, hostname: str | None = None,
-                binds: Sequence[tuple[str, str]] = (), shm_mb: int | None = 128,
-                cgroup_ns: bool = True, seccomp_fd: int | None = None) -> list[str]:
-    """The bwrap command line that runs `argv` as uid 0 inside `root_dir`, in the
-    root-file-system mode described above, for callers that manage the process themselves
-    (e.g. a shell that serves several commands; its cgroups and the disk cap of `root_dir` are
-    the caller's). `env` is the whole environment (nothing is added); `hostname` names its UTS
-    namespace; `binds` are extra (host path, sandbox path) read-write binds, made after /dev
-    and /proc; `shm_mb` sizes /dev/shm; `cgroup_ns=False` keeps the host's cgroup namespace
-    (cgroup v2 lets a process move only between groups under its namespace's root);
-    `seccomp_fd` is a descriptor of the system-call filter (`seccomp.filter_fd`), which the
-    caller passes to the process and closes.
-    `root_dir` must be disposable (an overlay), never the host's `/`; the harness must be root
-    (without root the sandbox would be a user namespace whose "root" cannot chown)."""
-    if os.geteuid() != 0:
-        raise SandboxError("a privileged root file system sandbox needs the harness to run as root")
-    if Path(root_dir).resolve() == Path("/"):
-        raise SandboxError("privileged_root needs a disposable root_dir, never the host's /")
-    return _bwrap_argv(argv, workdir=None, env=env, ro_binds=(), root_dir=Path(root_dir),
-                       privileged_root=True, drop_to=None, network=network, cwd=cwd, ready_fd=-1,
-                       tmp_mb=shm_mb, binds=binds, hostname=hostname, cgroup_ns=cgroup_ns,
-                       seccomp_fd=seccomp_fd)
 
 
 def limits_preexec(limits: Limits):
@@ -397,11 +253,26 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
     work = Path(workdir).resolve() if workdir is not None else None
     if work is not None and not work.is_dir():
         raise SandboxError(f"workdir {work} does not exist")
-    uid = None
-    if os.geteuid() == 0 and not privileged_root:
-        uid = _next_uid()
+    if os.geteuid() != 0 or privileged_root:
+        return _run_isolated(argv, work, None, limits=limits, env=env, stdin=stdin, ro_binds=ro_binds,
+                             root_dir=root_dir, privileged_root=privileged_root, network=network, cwd=cwd,
+                             result_channel=result_channel)
+    try:
+        lease = lease_uid()  # a uid no other live sandbox on the machine holds
+    except UidsExhausted as exc:
+        raise SandboxError(str(exc)) from exc
+    with lease:
         if work is not None:
-            _chown_tree(work, uid, uid)
+            _chown_tree(work, lease.uid, lease.uid)
+        return _run_isolated(argv, work, lease.uid, limits=limits, env=env, stdin=stdin, ro_binds=ro_binds,
+                             root_dir=root_dir, privileged_root=privileged_root, network=network, cwd=cwd,
+                             result_channel=result_channel)
+
+
+def _run_isolated(argv: Sequence[str], work: Path | None, uid: int | None, *, limits: Limits,
+                  env: Mapping[str, str] | None, stdin: bytes | None, ro_binds: Sequence[str],
+                  root_dir: str | os.PathLike[str] | None, privileged_root: bool, network: bool,
+                  cwd: str | None, result_channel: int | None) -> SandboxResult:
     full_env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8",
                 "HOME": str(work) if work is not None else "/tmp"}
     full_env.update(env or {})
@@ -417,7 +288,7 @@ def run_isolated(argv: Sequence[str], *, workdir: str | os.PathLike[str] | None,
         chan_r, chan_w = os.pipe()
         argv = [*argv, str(chan_w)]
     try:
-        args = _bwrap_argv(argv, workdir=work, env=full_env, ro_binds=ro_binds, tmp_mb=limits.tmp_mb,
+        args = bwrap_argv(argv, workdir=work, env=full_env, ro_binds=ro_binds, tmp_mb=limits.tmp_mb,
                            disk_mb=limits.disk_mb, placeholder_fds=fds,
                            root_dir=Path(root_dir) if root_dir is not None else None,
                            privileged_root=privileged_root, drop_to=uid, network=network, cwd=cwd,

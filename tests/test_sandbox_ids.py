@@ -1,0 +1,64 @@
+"""Sandbox identities: host-root sandboxes' uids are unique among the machine's live sandboxes
+(in this process and in others), and come back once released; root-file-system sandboxes are
+root inside a user namespace whose ids the harness maps to unprivileged host ids."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from memrl_envs.sandbox.uids import UID_BASE, UID_SPAN, UidLease, lease_uid
+from memrl_envs.sandbox.userns import HOST_BASE, ID_COUNT, userns_available
+
+
+def test_leases_are_unique_and_come_back_when_released():
+    leases = [lease_uid(random.Random(7)) for _ in range(200)]  # the same start every time
+    uids = [lease.uid for lease in leases]
+    assert len(set(uids)) == 200 and all(UID_BASE <= u < UID_BASE + UID_SPAN for u in uids)
+    first = uids[0]
+    for lease in leases:
+        lease.release()
+    again = lease_uid(random.Random(7))
+    assert again.uid == first  # free again once its sandbox is gone
+    again.release()
+
+
+def test_a_uid_another_process_holds_is_never_handed_out():
+    code = ("import random, sys, time\nfrom memrl_envs.sandbox.uids import lease_uid\n"
+            "lease = lease_uid(random.Random(11)); print(lease.uid, flush=True); sys.stdin.read()")
+    other = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        held = int(other.stdout.readline())
+        mine = lease_uid(random.Random(11))  # would start at the same uid
+        assert mine.uid != held
+        mine.release()
+    finally:
+        other.stdin.close()
+        other.wait(10)
+    # the other process ended: its uid is free
+    with lease_uid(random.Random(11)) as lease:
+        assert isinstance(lease, UidLease) and lease.uid == held
+
+
+@pytest.mark.skipif(userns_available() is not None, reason=f"no mapped user namespace here: {userns_available()}")
+def test_root_inside_is_an_unprivileged_host_uid():
+    from memrl_envs.lifelong.os_rootfs import is_built, rootfs_path
+    from memrl_envs.lifelong.os_shell import OverlayShell, overlay_available
+
+    if overlay_available() is not None or not is_built(rootfs_path()):
+        pytest.skip("no Lifelong-OS root file system here (make rootfs)")
+    with OverlayShell(rootfs_path()) as sh:
+        assert sh.mapped
+        r = sh.run("id -u; cat /proc/self/uid_map; sleep 30 & echo $!; useradd -m carol && "
+                   "chown carol /tmp && stat -c %U /tmp", 10)
+        lines = r.output.split("\n")
+        assert lines[0] == "0" and lines[1].split() == ["0", str(HOST_BASE), str(ID_COUNT)], r.output
+        assert lines[-2] == "carol", r.output
+        # from the host: the episode's processes run as the shifted ids, never as host root
+        procs = [p for p in sh.cgroup.procs() if os.readlink(f"/proc/{p}/ns/pid") != os.readlink("/proc/self/ns/pid")]
+        uids = {int(open(f"/proc/{p}/status").read().split("Uid:")[1].split()[1]) for p in procs}
+        assert uids and all(HOST_BASE <= u < HOST_BASE + ID_COUNT for u in uids), uids
