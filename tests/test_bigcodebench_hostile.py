@@ -415,3 +415,49 @@ def task_func(a, b):
     r = play(tmp_path, work_root, code)
     assert r.success and r.outcome_detail == "pass", r.info
     assert bool(r.info.get("channel_tampered")) == (shape == "frame_like")
+
+
+def test_a_daemon_left_holding_the_checkers_descriptors_does_not_hold_the_verdict(tmp_path, work_root):
+    """The code starts a detached process that keeps every inherited descriptor open (the
+    checker's own sentinel among them): the verdict comes when the code is done, not at the
+    time limit."""
+    code = """
+import os, time
+def task_func(a, b):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(60)
+        os._exit(0)
+    os.wait()
+    return a + b
+"""
+    start = time.monotonic()
+    r = play(tmp_path, work_root, code)
+    assert r.success, r.info
+    assert r.info["exec_s"] < 3.5, r.info["exec_s"]  # the test limit is 3 s: never reached
+
+
+def test_an_inode_flood_at_the_memory_cap_leaves_no_cgroup_behind(tmp_path, work_root):
+    """Empty files until the sandbox's memory cap (its tmpfs inodes count against it): the
+    episode fails or times out, and no cgroup of the sandbox is left on the host."""
+    from memrl_envs.sandbox import SandboxCgroup
+    from memrl_envs.sandbox.cgroups import PREFIX
+
+    def leftovers() -> list[str]:
+        return sorted(str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{PREFIX}*"))
+
+    before = leftovers()
+    code = """
+import os
+def task_func(a, b):
+    os.makedirs('/tmp/f', exist_ok=True)
+    i = 0
+    while True:
+        for d in ('/tmp/f', '/dev/shm'):
+            open('%s/%d' % (d, i), 'w').close()
+        i += 1
+"""
+    r = episode(tmp_path, work_root, code, memory_mb=2048)
+    assert r.outcome_detail in ("fail", "timeout")
+    assert SandboxCgroup.live() == [] and leftovers() == before
