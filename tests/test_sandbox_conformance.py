@@ -60,6 +60,7 @@ MEMORY_MARGIN_MB = 768   # other work on the machine moves its free memory
 DISK_MARGIN_MB = 512
 SEED_MB = 8              # what a sandbox's folders on the host may hold: the seed of its work folder
 CASE_TIMEOUT_S = 12
+FILE_TABLE_SHARE_MAX = 0.2  # of fs.file-max, one sandbox at its process cap (the fit check allows half for all)
 
 _WHY = bwrap_available()
 pytestmark = [pytest.mark.skipif(_WHY is not None, reason=f"no sandbox here: {_WHY}"),
@@ -161,6 +162,8 @@ class Sampler:
         self.unfiltered: set[str] = set()        # sandbox processes seen without the syscall filter
         self.filtered = 0
         self.host_uids: dict[str, int] = {}      # name -> host uid of the processes inside
+        self.files0 = self.files_peak = open_files()     # the host's file table (fs/file-nr)
+        self.rss0 = self.rss_peak = harness_rss_mb()     # the harness's own memory
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -190,6 +193,8 @@ class Sampler:
                         self.unfiltered.add(f"{pid}:{comm}")
                     elif mode == "2":
                         self.filtered += 1
+            self.files_peak = max(self.files_peak, open_files())
+            self.rss_peak = max(self.rss_peak, harness_rss_mb())
             self.samples += 1
             self._stop.wait(0.02)
 
@@ -209,7 +214,9 @@ class Sampler:
                 "cgroup_pids_peak": self.cg_pids_peak, "samples": self.samples,
                 "cgroup_memory_limits_mb": sorted(v // 2**20 for v in self.cg_mem_limits),
                 "processes_unfiltered": sorted(self.unfiltered), "process_samples_filtered": self.filtered,
-                "host_uids": dict(sorted(self.host_uids.items()))}
+                "host_uids": dict(sorted(self.host_uids.items())),
+                "host_open_files_rise": self.files_peak - self.files0,
+                "harness_rss_rise_mb": round(self.rss_peak - self.rss0, 1)}
 
 
 def memory_limit_bytes(cg) -> int | None:
@@ -232,6 +239,21 @@ def seccomp_mode(pid: int) -> tuple[str | None, str]:
         return None, ""
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     return fields.get("Seccomp", "").strip() or None, fields.get("Name", "").strip()
+
+
+def open_files() -> int:
+    return int(Path("/proc/sys/fs/file-nr").read_text().split()[0])
+
+
+def file_max() -> int:
+    return int(Path("/proc/sys/fs/file-max").read_text())
+
+
+def harness_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def host_uid(pid: int) -> int | None:
@@ -801,7 +823,37 @@ def check_syscalls(c: Ctx, out: Outcome) -> None:
     assert out.output.count("refused") == 6, out.output
 
 
+def case_file_table(c: Ctx) -> str:
+    # every process it may start opens files until it may not, and holds them
+    return ("perl -e 'my @kids; for (1..60) { my $p = fork; last unless defined $p; "
+            "if (!$p) { my @h; while (open(my $f, \"<\", \"/dev/null\")) { push @h, $f; } sleep 2; exit 0; } "
+            "push @kids, $p; } waitpid($_, 0) for @kids; print \"held\\n\"' 2>&1; echo end")
+
+
+def check_file_table(c: Ctx, out: Outcome) -> None:
+    rise = REPORT[c.host["current"]]["host_open_files_rise"]
+    # far below the host's table: the per-process limit times the processes it may have
+    assert rise <= FILE_TABLE_SHARE_MAX * file_max(), (rise, file_max())
+
+
+def case_harness_flood(c: Ctx) -> str:
+    # 64 MB on its output, and into every pipe of every other process it can open (the shell
+    # server's, bwrap's): the harness must keep its caps and its memory
+    return ("head -c 67108864 /dev/zero | tr '\\0' x; "
+            "for p in /proc/[0-9]*; do [ $p = /proc/$$ ] && continue; for f in $p/fd/*; do "
+            "case \"$(readlink $f)\" in pipe:*) (head -c 33554432 /dev/zero > $f) 2>/dev/null ;; esac; done; done; "
+            "echo; echo end")
+
+
+def check_harness_flood(c: Ctx, out: Outcome) -> None:
+    facts = REPORT[c.host["current"]]
+    assert facts["harness_rss_rise_mb"] < 150, facts
+    assert len(out.output) < 2_000_000, len(out.output)  # what the harness kept: its caps
+
+
 CASES: dict[str, tuple[Callable[[Ctx], str], Callable[[Ctx, Outcome], None]]] = {
+    "file_table": (case_file_table, check_file_table),
+    "harness_flood": (case_harness_flood, check_harness_flood),
     "cgroup_escape": (case_cgroup_escape, check_cgroup_escape),
     "keyring": (case_keyring, check_keyring),
     "syscalls": (case_syscalls, check_syscalls),
@@ -849,6 +901,7 @@ def test_hostile_case_is_contained(case, backend, host, monkeypatch):
     assert kernel_log_writes_since(log_mark) == [], "the kernel logged a drop_caches/sysrq write"
     facts = {**sampler.facts(), "seconds": round(out.seconds, 2)}
     REPORT[f"{backend.name}/{case}"] = facts
+    host["current"] = f"{backend.name}/{case}"
     # memory and processes, as the host saw them
     assert facts["cgroup_memory_peak_mb"] <= MEMORY_CAP_MB, facts
     assert facts["host_memory_drop_mb"] <= MEMORY_CAP_MB + MEMORY_MARGIN_MB, facts
