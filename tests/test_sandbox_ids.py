@@ -62,3 +62,22 @@ def test_root_inside_is_an_unprivileged_host_uid():
         procs = [p for p in sh.cgroup.procs() if os.readlink(f"/proc/{p}/ns/pid") != os.readlink("/proc/self/ns/pid")]
         uids = {int(open(f"/proc/{p}/status").read().split("Uid:")[1].split()[1]) for p in procs}
         assert uids and all(HOST_BASE <= u < HOST_BASE + ID_COUNT for u in uids), uids
+
+
+@pytest.mark.skipif(userns_available() is not None, reason=f"no mapped user namespace here: {userns_available()}")
+def test_the_namespace_handshake_works_when_the_harness_holds_many_descriptors():
+    """A long run (the test suite itself) holds descriptors past 1024, where select() fails."""
+    from memrl_envs.sandbox.userns import Handshake, as_host_base
+
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        shake = Handshake()
+        assert max(shake.fds) > 1024
+        argv = as_host_base(["bwrap", *shake.args, "--ro-bind", "/", "/", "--", "/bin/sh", "-c", "id -u"])
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, pass_fds=shake.fds)
+        shake.started()
+        shake.complete(timeout_s=15)
+        assert proc.communicate(timeout=15)[0].split() == [b"0"]
+    finally:
+        for fd in held:
+            os.close(fd)

@@ -117,8 +117,9 @@ def _drain(fd, buf, done, on_ready):
     while True:
         if done.is_set() and deadline is None:
             deadline = time.monotonic() + DRAIN_S
-        ready, _, _ = select.select([fd], [], [], 0.2 if deadline is None else 0.05)
-        if not ready:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+        if not poller.poll(200 if deadline is None else 50):
             if deadline is not None:
                 return
             continue
