@@ -9,7 +9,8 @@ import re
 import threading
 import time
 
-from memrl_envs.lifelong.shell_reader import WINDOW, ReplyReader, TailReader
+from memrl_envs.lifelong.shell_reader import WINDOW, ReplyReader
+from memrl_envs.sandbox import CappedReader
 
 
 def _reader(cap: int):
@@ -77,9 +78,9 @@ def test_a_deadline_without_the_trailer_is_none_and_the_next_request_starts_afre
     assert reader.eof
 
 
-def test_tail_reader_keeps_its_cap():
+def test_the_stderr_reader_keeps_its_cap():
     r, w = os.pipe()
-    tail = TailReader(os.fdopen(r, "rb", buffering=0), cap=50)
+    tail = CappedReader(os.fdopen(r, "rb", buffering=0), 50)
     _write(w, b"e" * 10_000)
     os.close(w)
     tail.thread.join(5)

@@ -114,11 +114,11 @@ def _drain(fd, buf, done, on_ready):
     so all it wrote is in the pipe), until the pipe is empty or DRAIN_S has passed: processes
     the checker forked (its Manager, a daemon of the code) may hold the pipe open."""
     deadline = None
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
     while True:
         if done.is_set() and deadline is None:
             deadline = time.monotonic() + DRAIN_S
-        poller = select.poll()
-        poller.register(fd, select.POLLIN | select.POLLHUP)
         if not poller.poll(200 if deadline is None else 50):
             if deadline is not None:
                 return

@@ -57,12 +57,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Protocol
 
-from memrl_envs.sandbox import (HOST_BASE, ID_COUNT, Handshake, Limits, SandboxError, UsernsError, caps_report,
+from memrl_envs.sandbox import (HOST_BASE, ID_COUNT, CappedReader, Handshake, Limits, SandboxError, UsernsError, caps_report,
                                 filter_fd, limits_preexec, log_sandbox_facts, plan_parallel, rootfs_argv,
                                 sandbox_cgroup, userns_available)
 
 from .os_rootfs import RootfsError, shifted_rootfs
-from .shell_reader import ReplyReader, TailReader
+from .shell_reader import ReplyReader
 
 log = logging.getLogger(__name__)
 
@@ -348,7 +348,7 @@ class OverlayShell:
             shake.started()
         # the server sends at most output_bytes + 1 of a command's output; nothing more is kept
         self._out = ReplyReader(self._proc.stdout, cap=self.output_bytes + 1)
-        self._err = TailReader(self._proc.stderr, cap=65536)
+        self._err = CappedReader(self._proc.stderr, 65536)
         self._out.expect(re.compile(rb"READY\n"))
         if shake is not None:
             try:

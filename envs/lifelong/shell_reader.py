@@ -11,7 +11,7 @@ the server's descriptors can write into it at will. So the reader
   `WINDOW` bytes before it (longer than any trailer), never the whole buffer again.
 
 One reply is expected at a time (`expect`, then `wait`; a new `expect` abandons the last);
-the pump thread does the matching.
+the pump thread does the matching. The server's stderr is read by the sandbox's `CappedReader`.
 """
 
 from __future__ import annotations
@@ -103,34 +103,3 @@ class ReplyReader:
             with self._cond:
                 self.eof = True
                 self._cond.notify_all()
-
-
-class TailReader:
-    """A pipe drained on a thread, keeping its first `cap` bytes (the server's stderr)."""
-
-    def __init__(self, stream, cap: int) -> None:
-        self.buf = bytearray()
-        self.dropped = 0
-        self._cap = cap
-        self._stream = stream
-        self._lock = threading.Lock()
-        self.thread = threading.Thread(target=self._pump, daemon=True)
-        self.thread.start()
-
-    def _pump(self) -> None:
-        try:
-            while True:
-                chunk = os.read(self._stream.fileno(), 65536)
-                if not chunk:
-                    break
-                with self._lock:
-                    room = self._cap - len(self.buf)
-                    if room > 0:
-                        self.buf += chunk[:room]
-                    self.dropped += max(0, len(chunk) - max(room, 0))
-        except (OSError, ValueError):
-            pass
-
-    def text(self) -> str:
-        with self._lock:
-            return self.buf.decode("utf-8", errors="replace")

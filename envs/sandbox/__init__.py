@@ -13,12 +13,12 @@ from .cgroups import CgroupSupport, SandboxCgroup, cgroup_support
 from .errors import SandboxError
 from .fit import ParallelPlan, SandboxFitError, log_sandbox_facts, plan_parallel
 from .hostview import python_binds
-from .isolate import (Limits, SandboxResult, bwrap_available, caps_report, limits_preexec, run_isolated,
+from .isolate import (CappedReader, Limits, SandboxResult, bwrap_available, caps_report, limits_preexec, run_isolated,
                       sandbox_cgroup)
 from .seccomp import filter_fd, filter_support
 from .userns import HOST_BASE, ID_COUNT, Handshake, UsernsError, userns_available
 
-__all__ = ["CgroupSupport", "HOST_BASE", "Handshake", "ID_COUNT", "Limits", "ParallelPlan", "SandboxCgroup",
+__all__ = ["CappedReader", "CgroupSupport", "HOST_BASE", "Handshake", "ID_COUNT", "Limits", "ParallelPlan", "SandboxCgroup",
            "SandboxError", "SandboxFitError", "SandboxResult", "UsernsError", "bwrap_available", "caps_report",
            "cgroup_support", "filter_fd", "filter_support", "limits_preexec", "log_sandbox_facts",
            "plan_parallel", "python_binds", "rootfs_argv", "run_isolated", "sandbox_cgroup", "userns_available"]

@@ -199,12 +199,14 @@ def sandbox_cgroup(memory_mb: int | None, pids_max: int | None, *,
     return cg
 
 
-class _Capped:
-    """Drains a pipe on a thread, keeping the first `limit` bytes."""
+class CappedReader:
+    """Drains a pipe on a thread, keeping the first `limit` bytes; the rest is read and
+    dropped (`dropped` counts it)."""
 
     def __init__(self, stream, limit: int) -> None:
         self.buf = bytearray()
         self.truncated = False
+        self.dropped = 0
         self._stream, self._limit = stream, limit
         self.thread = threading.Thread(target=self._pump, daemon=True)
         self.thread.start()
@@ -220,6 +222,7 @@ class _Capped:
                     self.buf += chunk[:room]
                 if len(chunk) > max(room, 0):
                     self.truncated = True
+                    self.dropped += len(chunk) - max(room, 0)
         except (OSError, ValueError):
             pass
 
@@ -316,10 +319,10 @@ def _run_isolated(argv: Sequence[str], work: Path | None, uid: int | None, *, li
         for fd in (chan_w, seccomp):
             if fd is not None:
                 os.close(fd)
-    status = _Capped(os.fdopen(status_r, "rb"), 65536)
-    chan = _Capped(os.fdopen(chan_r, "rb"), result_channel) if chan_r is not None else None
-    out = _Capped(proc.stdout, limits.output_bytes)
-    err = _Capped(proc.stderr, limits.output_bytes)
+    status = CappedReader(os.fdopen(status_r, "rb"), 65536)
+    chan = CappedReader(os.fdopen(chan_r, "rb"), result_channel) if chan_r is not None else None
+    out = CappedReader(proc.stdout, limits.output_bytes)
+    err = CappedReader(proc.stderr, limits.output_bytes)
     if stdin is not None:
         try:
             proc.stdin.write(stdin)
