@@ -15,11 +15,15 @@ slots follows the provider:
   may go.
 
 Provider limits, when configured, bound the rate as well as the count: `rpm` (requests per
-minute) admits a request only while fewer than `rpm` requests started in the last 60 s;
-`tpm` (tokens per minute) only while the tokens of the requests started in the last 60 s
-(their estimate — prompt characters / 4 + max_tokens — until their real count is known)
-leave room for this one's estimate. A request larger than `tpm` by itself waits for an empty
-window and then goes alone.
+minute) admits a request only while fewer than `rpm` requests are in the window; `tpm`
+(tokens per minute) only while the tokens of the requests in the window (their estimate —
+prompt characters / 4 + max_tokens — until their real count is known) leave room for this
+one's estimate. A request larger than `tpm` by itself waits for an empty window and then
+goes alone. A request is in the window from when it is sent until 60 s after its answer came
+back. The provider counts it from when it arrived, which the client cannot see and which lies
+between the two; counting from the send would let a request that waited on the way (a loaded
+machine, a slow network) land in the same provider window as the next one, counting from the
+answer never does.
 
 `adaptive=False` is the fixed limiter (a semaphore of `max_concurrency`, still bounded by
 rpm / tpm): what the client did before, kept for comparison (tests/test_rate_limits.py).
@@ -30,7 +34,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -44,7 +47,7 @@ class Slot:
 
     started: float
     wave: int
-    entry: list[float] = field(default_factory=list)  # [start time, tokens] in the tpm window
+    entry: list[float] = field(default_factory=list)  # [answered at (inf in flight), tokens]
 
 
 class ConcurrencyLimiter:
@@ -65,8 +68,7 @@ class ConcurrencyLimiter:
         self._in_flight = 0
         self._wave = 0
         self._pause_until = 0.0
-        self._starts: deque[float] = deque()          # rpm window
-        self._tokens: deque[list[float]] = deque()    # tpm window: [start, tokens]
+        self._window: list[list[float]] = []  # rpm / tpm window: [answered at (inf in flight), tokens]
         self._stats = {"rate_limited": 0, "decreases": 0, "paused_s": 0.0, "min_limit": float(max_concurrency),
                        "waits_for_rate": 0}
 
@@ -91,10 +93,7 @@ class ConcurrencyLimiter:
     # -- admission ------------------------------------------------------------------
     def _trim(self, now: float) -> None:
         horizon = now - self.window_s
-        while self._starts and self._starts[0] <= horizon:
-            self._starts.popleft()
-        while self._tokens and self._tokens[0][0] <= horizon:
-            self._tokens.popleft()
+        self._window = [e for e in self._window if e[0] > horizon]
 
     def _wait_s(self, now: float, tokens: int) -> float:
         """0 when a request may start now, else how long at most to wait before looking again."""
@@ -103,12 +102,16 @@ class ConcurrencyLimiter:
         if self._in_flight >= self._slots():
             return 1.0  # woken by a release
         self._trim(now)
-        if self.rpm is not None and len(self._starts) >= self.rpm:
-            return self._starts[0] + self.window_s - now
-        if self.tpm is not None and self._tokens:
-            used = sum(t for _, t in self._tokens)
+        if not self._window:
+            return 0.0
+        # the first entry to leave the window (1 s when all are in flight: woken by a release)
+        leaves = min(min(e[0] for e in self._window) + self.window_s - now, 1e9)
+        if self.rpm is not None and len(self._window) >= self.rpm:
+            return leaves if leaves < 1e9 else 1.0
+        if self.tpm is not None:
+            used = sum(t for _, t in self._window)
             if used + min(tokens, self.tpm) > self.tpm:
-                return self._tokens[0][0] + self.window_s - now
+                return leaves if leaves < 1e9 else 1.0
         return 0.0
 
     def acquire(self, tokens: int = 0) -> Slot:
@@ -126,11 +129,9 @@ class ConcurrencyLimiter:
                 self._cond.wait(timeout=max(0.001, wait))
             self._in_flight += 1
             slot = Slot(started=now, wave=self._wave)
-            if self.rpm is not None:
-                self._starts.append(now)
-            if self.tpm is not None:
-                slot.entry = [now, float(tokens)]
-                self._tokens.append(slot.entry)
+            if self.rpm is not None or self.tpm is not None:
+                slot.entry = [float("inf"), float(tokens)]
+                self._window.append(slot.entry)
             return slot
 
     def release(self, slot: Slot, *, ok: bool, rate_limited: bool = False,
@@ -139,8 +140,10 @@ class ConcurrencyLimiter:
         if the server said), `tokens` its real token count (for the tpm window)."""
         with self._cond:
             self._in_flight -= 1
-            if slot.entry and tokens is not None:
-                slot.entry[1] = float(tokens)
+            if slot.entry:
+                slot.entry[0] = self._clock()  # in the window until window_s after the answer
+                if tokens is not None:
+                    slot.entry[1] = float(tokens)
             if rate_limited:
                 self._stats["rate_limited"] += 1
                 if self.adaptive and retry_after is not None and retry_after > 0:
