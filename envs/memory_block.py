@@ -27,14 +27,43 @@ def shorten(text: str, limit: int | None) -> str:
     return text[:half] + "\n[...]\n" + text[-half:]
 
 
+_OUTCOME_LINE = "\nOutcome: "  # what follows the task in memrl's layout (memrl.memory.writer)
+
+
+def own_task(mem: RetrievedMemory) -> str:
+    """The task a memory was written for. `mem.intent` is the text of the key it is filed
+    under, which is another task's when a near-duplicate joined that key
+    (`memory.dedup_threshold`); the memory's own task is the `Task: ...` header its writer put
+    first (memrl's layout: up to the `Outcome:` line; the official layout: up to the first
+    blank line). A memory without that header: the key's text."""
+    text = mem.experience.lstrip()
+    if text.startswith("TASK REFLECTION:\n"):
+        text = text[len("TASK REFLECTION:\n"):]
+    if not text.startswith("Task: "):
+        return mem.intent
+    body = text[len("Task: "):]
+    for end in (_OUTCOME_LINE, "\n\n"):
+        if end in body:
+            return body[: body.index(end)].strip()
+    return body.strip()
+
+
+def _without_task_header(experience: str, task: str) -> str:
+    """The experience without its leading `Task: <task>` header (which may span lines)."""
+    text = experience.lstrip()
+    head = f"Task: {task}"
+    return text[len(head):].lstrip("\n") if task and text.startswith(head) else experience
+
+
 def format_memories(memories: Sequence[RetrievedMemory], max_chars_each: int | None = None,
                     max_intent_chars: int | None = None) -> str:
-    """The block of injected memories; empty string when there are none."""
+    """The block of injected memories, each under its own task (`own_task`); empty string
+    when there are none."""
     if not memories:
         return ""
     lines = [MEMORY_OPEN]
     for i, mem in enumerate(memories, 1):
-        lines.append(f"--- Experience {i} (earlier task: {shorten(mem.intent, max_intent_chars)}) ---")
+        lines.append(f"--- Experience {i} (earlier task: {shorten(own_task(mem), max_intent_chars)}) ---")
         lines.append(shorten(mem.experience, max_chars_each))
     lines.append(MEMORY_CLOSE)
     return "\n".join(lines)
@@ -70,20 +99,21 @@ def outcome_word(success: bool | None) -> str:
 def format_memories_as_episodes(memories: Sequence[RetrievedMemory],
                                 task_line: Callable[[str], str]) -> str:
     """The block of injected memories, each as an episode: its outcome in the heading, any
-    notes (a plan or a reflection), then `task_line(intent)` and the trajectory exactly as the
+    notes (a plan or a reflection), then `task_line(own task)` and the trajectory exactly as the
     episode's own history is written. A memory without a trajectory: its task line, then its
     text as stored."""
     if not memories:
         return ""
     lines = [MEMORY_OPEN]
     for i, mem in enumerate(memories, 1):
-        notes, trajectory = split_trajectory(mem.experience)
+        task = own_task(mem)  # its own task, not the key's (a joined near-duplicate)
+        notes, trajectory = split_trajectory(_without_task_header(mem.experience, task))
         lines.append(f"--- Experience {i} ({outcome_word(mem.success)}) ---")
         if not trajectory:  # nothing to show as an episode: the task, then the text
-            lines += [task_line(mem.intent), notes] if notes else [task_line(mem.intent)]
+            lines += [task_line(task), notes] if notes else [task_line(task)]
             continue
         if notes:  # a plan or a reflection first, so the trajectory follows its task line
             lines.append(notes)
-        lines += [task_line(mem.intent), trajectory]
+        lines += [task_line(task), trajectory]
     lines.append(MEMORY_CLOSE)
     return "\n".join(lines)

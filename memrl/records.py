@@ -142,6 +142,11 @@ class EpisodeResult:
     info: dict[str, Any] = field(default_factory=dict)
     outcome: str = ""
     outcome_detail: str = ""
+    # The episode as the official code hands it to its memory writer (each env's own text:
+    # ALFWorld the whole dialogue, BigCodeBench the raw reply, HLE question + solution,
+    # Lifelong the chat history); used by `memory.writer.layout=official`, never recorded.
+    # None: the writer formats the transcript instead.
+    memory_trajectory: str | None = None
 
     def __post_init__(self) -> None:
         if not self.outcome:

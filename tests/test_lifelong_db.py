@@ -187,7 +187,7 @@ def test_parser_is_tolerant(reply, kind, text):
 
 def test_prompt_is_plain_text_ending_where_the_model_acts():
     task = DbTask.from_row("1", good_row())
-    mem = RetrievedMemory("m1", "an earlier question", "Task: x\nOutcome: solved", 0.5, 0.9, 0.9, True)
+    mem = RetrievedMemory("m1", "an earlier question", "Task: an earlier question\nOutcome: solved", 0.5, 0.9, 0.9, True)
     history = [Turn(parse_action("Action: Operation\n```sql\nSELECT 1\n```"), "", "[(1,)]"),
                Turn(parse_action("blah"), "blah", "Error: no action found.")]
     prompt = build_prompt(task, [mem], history, max_rows=1)

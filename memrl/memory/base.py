@@ -158,6 +158,8 @@ class EntryMemory(MemoryModule):
         for it in items:
             if self.skips(it.errored):
                 continue
+            if it.digest is not None and "experience" in it.digest and it.digest["experience"] is None:
+                continue  # the writer gave no memory (memrl.memory.writer, layout=official)
             memory = self._new_memory(it)
             if memory is None:
                 continue

@@ -37,6 +37,10 @@ class WriterSettings(BaseModel):
     max_trajectory_chars: int = Field(3000, ge=0)
     max_tokens: int = Field(160, ge=1)
     include_trajectory: bool = True
+    # memrl: memrl's own layout | official: the official code's (memrl.memory.writer's docstring)
+    layout: Literal["memrl", "official"] = "memrl"
+    reflection_temperature: float | None = Field(None, ge=0.0, le=2.0)
+    max_task_chars: int = Field(4096, ge=1)
 
 
 class MemRLSettings(BaseModel):
@@ -66,6 +70,8 @@ class MemRLSettings(BaseModel):
     q_init_by_outcome: bool = False  # HLE official code: Q_init = 1 on success, 0 on failure
     sim_stats: tuple[float, float] | None = None  # fixed (mean, std) for z(sim) instead of pool
     epsilon: float = Field(0.0, ge=0.0, le=1.0)  # ε-greedy: random k2 from the pool
+    # the random k2 in rank order (`rank`) or in the order drawn (`random`: the official code)
+    epsilon_order: Literal["rank", "random"] = "rank"
     dedup_threshold: float | None = Field(None, ge=0.0, le=1.0)  # near-duplicate intents share a key
     z_clip: float | None = Field(None, gt=0.0)  # clip z(Q) to [-c, c]
     q_floor: float | None = None
@@ -140,7 +146,8 @@ class MemRLMemory(BankedMemory):
             return Retrieved([], stats)  # nothing similar enough: inject no memory
         psims = sims[pool_idx]
         ranked, scores = rank_pool(psims, np.array([e.q for e in pool]), self._phase_b)
-        top = epsilon_greedy(ranked, self.s.k2, self.s.epsilon, np.random.default_rng(seed))
+        top = epsilon_greedy(ranked, self.s.k2, self.s.epsilon, np.random.default_rng(seed),
+                             random_order=self.s.epsilon_order == "random")
         return Retrieved([RetrievedMemory(memory_id=pool[i].memory_id, intent=pool[i].intent,
                                           experience=pool[i].experience, q=pool[i].q,
                                           similarity=float(psims[i]), score=float(scores[i]),

@@ -198,13 +198,15 @@ def phase_b(sims: np.ndarray, qs: np.ndarray, opts: PhaseBOptions) -> tuple[np.n
     return order[: opts.k2], scores
 
 
-def epsilon_greedy(ranked: np.ndarray, k: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+def epsilon_greedy(ranked: np.ndarray, k: int, epsilon: float, rng: np.random.Generator,
+                   random_order: bool = False) -> np.ndarray:
     """The top-k of `ranked`, or with probability ε k of them drawn uniformly without
-    replacement (returned in rank order). One draw decides per retrieval."""
+    replacement: in rank order, or (`random_order`, as the official code returns its
+    `random.sample`) in the order they were drawn. One draw decides per retrieval."""
     ranked = np.asarray(ranked, dtype=int)
     if epsilon > 0 and ranked.size and rng.random() < epsilon:
-        pick = np.sort(rng.choice(ranked.size, size=min(k, ranked.size), replace=False))
-        return ranked[pick]
+        pick = rng.choice(ranked.size, size=min(k, ranked.size), replace=False)
+        return ranked[pick if random_order else np.sort(pick)]
     return ranked[:k]
 
 

@@ -1,6 +1,21 @@
 """Experience writing (docs/design.md §4 "Write"): a success becomes a short reusable plan plus the
 trajectory; a failure becomes a reflection plus the failed attempt. The prompts are plain
 text that ends where the model should continue, so base models and chat models both work.
+
+Two layouts (`memory.writer.layout`):
+- `memrl` (default): the transcript as `> action` / observation lines, cut in the middle to
+  `max_trajectory_chars`; the plan and the reflection in at most six lines, stop "\n\n";
+  the reflection sees the task and the attempt, the plan sees the task too.
+- `official` (MemTensor/MemRL @ 7c3beba, service/updater.py and builders.py): the episode as the
+  env hands it over (`EpisodeResult.memory_trajectory`: ALFWorld the whole dialogue, BigCodeBench
+  the raw reply, HLE question + solution, Lifelong the chat history), never cut; the script
+  prompt shows the trajectory only, the reflection prompt the task and the trajectory; no stop
+  sequence; the script at the model's temperature, the reflection at `reflection_temperature`
+  (official 0.3); the stored text is `Task: ... / SCRIPT: ... / TRAJECTORY: ...` or
+  `TASK REFLECTION: / Task: ... / What went wrong: ... / Failed approach: ...` with the task text
+  cut to `max_task_chars` (4096). A script call that fails leaves the success without a memory,
+  a reflection call that fails stores a placeholder reflection (both as the official code does;
+  the error is recorded either way).
 """
 
 from __future__ import annotations
@@ -54,20 +69,62 @@ BUDGET_KEY = "memory.writer.max_tokens"
 SAMPLE_ATTEMPT = "> look\nYou are in the middle of a room. Nothing happens.\n> inventory\nYou are not carrying anything."
 
 
+# layout=official: the prompts (the project's own wording of the official structure) and the
+# stored texts (the official section headers, which the official displays split on)
+OFFICIAL_SCRIPT_PROMPT = """Read the trajectory below and write a short high-level script of how it went about its task: \
+three to five steps at most, general enough to reuse on similar tasks but specific enough to act on, \
+naming the strategy and the key decisions rather than every action.
+
+Trajectory:
+{trajectory}
+
+High-level script:"""
+
+OFFICIAL_REFLECTION_PROMPT = """Task: {intent}
+
+Failed trajectory:
+{trajectory}
+
+This attempt failed. Say what went wrong and how to do better on similar tasks: the wrong \
+assumptions, the steps to change, and what to avoid next time.
+
+Reflection:"""
+
+OFFICIAL_SUCCESS = "Task: {intent}\n\nSCRIPT:\n{script}\n\nTRAJECTORY:\n{trajectory}"
+OFFICIAL_FAILURE = ("TASK REFLECTION:\nTask: {intent}\n\nWhat went wrong:\n{reflection}\n\n"
+                    "Failed approach:\n{trajectory}\n")
+OFFICIAL_NO_REFLECTION = "Reflection not available (the model call failed)."
+LAYOUTS = ("memrl", "official")
+
+
 @dataclass
 class ExperienceWriter:
     max_trajectory_chars: int = 3000
     max_tokens: int = 160
     include_trajectory: bool = True
+    layout: str = "memrl"
+    reflection_temperature: float | None = None  # None: the model's temperature
+    max_task_chars: int = 4096  # layout=official: the task text in the stored memory
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"memory.writer.layout: {' | '.join(LAYOUTS)} (got {self.layout!r})")
 
     def probe(self, intent: str) -> ModelProbe:
         """A reflection call like the ones `write` makes (memrl.preflight)."""
+        if self.layout == "official":
+            return ModelProbe(role="llm", purpose="write-reflection",
+                              prompt=OFFICIAL_REFLECTION_PROMPT.format(intent=intent, trajectory=SAMPLE_ATTEMPT),
+                              answer_tokens=self.max_tokens, budget_key=BUDGET_KEY)
         return ModelProbe(role="llm", purpose="write-reflection",
                           prompt=REFLECTION_PROMPT.format(intent=intent, trajectory=SAMPLE_ATTEMPT),
                           answer_tokens=self.max_tokens, budget_key=BUDGET_KEY, stop=("\n\n",))
 
     def write(self, intent: str, result: EpisodeResult, llm: "EpisodeLLM | None") -> dict:
-        """Returns {"experience", "kind", "error"}; a failed model call still yields an entry."""
+        """Returns {"experience", "kind", "error"}; a failed model call still yields an entry
+        (layout=official: `experience` is None when a success's script call failed)."""
+        if self.layout == "official":
+            return self._write_official(intent, result, llm)
         traj = format_trajectory(result, self.max_trajectory_chars)
         kind = "script" if result.success else "reflection"
         prompt = (SCRIPT_PROMPT if result.success else REFLECTION_PROMPT).format(
@@ -91,4 +148,38 @@ class ExperienceWriter:
                 f"Task: {intent}\nOutcome: failed"
             tail = "Failed attempt:"
         experience = head + (f"\n{tail}\n{traj}" if self.include_trajectory and traj else "")
+        return {"experience": experience, "kind": kind, "error": error}
+
+    def official_trajectory(self, result: EpisodeResult) -> str:
+        """What the official writer is given: the env's own text of the episode, or (an env
+        that gives none) the transcript uncut."""
+        if result.memory_trajectory is not None:
+            return result.memory_trajectory
+        return format_trajectory(result, max_chars=10**12)
+
+    def _write_official(self, intent: str, result: EpisodeResult, llm: "EpisodeLLM | None") -> dict:
+        traj = self.official_trajectory(result)
+        task = intent[: self.max_task_chars]
+        kind = "script" if result.success else "reflection"
+        text, error = "", None
+        if llm is not None:
+            if result.success:
+                prompt, temperature = OFFICIAL_SCRIPT_PROMPT.format(trajectory=traj), None
+            else:
+                prompt = OFFICIAL_REFLECTION_PROMPT.format(intent=task, trajectory=traj)
+                temperature = self.reflection_temperature
+            try:
+                text = llm.complete(prompt, purpose=f"write-{kind}", max_tokens=self.max_tokens,
+                                    temperature=temperature, budget_key=BUDGET_KEY).strip()
+            except LLMError as exc:
+                error = f"writer: {exc}"
+            if error is None and not text:
+                error = f"writer: the model's {kind} was empty"
+        if result.success:
+            if error is not None:  # the official code files no memory for this success
+                return {"experience": None, "kind": kind, "error": error}
+            experience = OFFICIAL_SUCCESS.format(intent=task, script=text, trajectory=traj)
+        else:
+            experience = OFFICIAL_FAILURE.format(intent=task, reflection=text or OFFICIAL_NO_REFLECTION,
+                                                 trajectory=traj)
         return {"experience": experience, "kind": kind, "error": error}
