@@ -11,7 +11,8 @@ from memrl_envs.base import Env
 
 from . import loader
 from .db_data import LITERAL_FIELDS, DbTask, check_row
-from .db_episode import SHARED, Actor, GoldPolicy, LLMPolicy, play
+from .db_episode import LLM_ERROR, SHARED, Actor, GoldPolicy, LLMPolicy, play
+from .db_prompts import memory_trajectory
 from .db_sandbox import EpisodeDatabase, SandboxError
 from .db_server import MariaDBServer, ServerAddress, ServerError
 from .db_settings import LifelongDbSettings
@@ -23,9 +24,11 @@ class LifelongDbEnv(loader.TaskListing, Env):
     """LifelongAgentBench DB tasks behind the Env seam.
 
     Settings (``LifelongDbSettings``, the `env=lifelong_db` group): data_path (the
-    benchmark's DB JSON keyed by sample index, or ``hf://<repo>/<config>``), split (all |
+    benchmark's DB JSON keyed by sample index, or ``hf://<repo>/<config>``), val_path (the
+    validation tasks added to them: ``auto`` = db_val.json beside it, or the hub's validation
+    split), task_order (numeric | string), split (all |
     train | validation, from the split file), max_steps (turns: SQL statements, unreadable
-    replies and the answer), server ("managed": a private MariaDB in ``server_dir``, started
+    replies and the answer), memory_format (memrl | official, memory_context), server ("managed": a private MariaDB in ``server_dir``, started
     on first use and stopped at close when no other process uses it; "external": host/port
     or socket, ``user``, password from the environment variable ``password_env``),
     statement_timeout_s / max_result_rows / observation_max_chars (per-statement limits),
@@ -81,6 +84,7 @@ class LifelongDbEnv(loader.TaskListing, Env):
         s = self.s
         info = {"agent": self.agent, "answer_type": db_task.answer_type, "table": db_task.table,
                 "skills": list(db_task.skills), "memories_injected": injected}
+        self.note_task_file(info, db_task.key)
         errors: list[str] = []
         outcome = None
         try:
@@ -104,7 +108,9 @@ class LifelongDbEnv(loader.TaskListing, Env):
         return EpisodeResult(success=outcome.success, reward=1.0 if outcome.success else 0.0,
                              steps=len(outcome.turns), transcript=outcome.steps(),
                              errors=outcome.errors + errors, info=info,
-                             outcome=SHARED[outcome.outcome], outcome_detail=outcome.outcome)
+                             outcome=SHARED[outcome.outcome], outcome_detail=outcome.outcome,
+                             memory_trajectory=memory_trajectory(db_task, outcome.turns, s.prompt_rows, s.with_example,
+                                                                 agent_failed=outcome.outcome == LLM_ERROR))
 
     def close(self) -> None:
         with self._lock:

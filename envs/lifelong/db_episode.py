@@ -46,7 +46,7 @@ class LLMPolicy(Policy):
 
     def prompt(self, task: DbTask, history: Sequence[Turn]) -> str:
         s = self.s
-        return build_prompt(task, self.memories, history, s.prompt_rows, s.with_example)
+        return build_prompt(task, self.memories, history, s.prompt_rows, s.with_example, s.memory_format)
 
     def reply(self, task: DbTask, history: Sequence[Turn], last: ExecResult | None) -> str:
         return self.llm.complete(self.prompt(task, history), purpose="act", max_tokens=self.s.max_tokens,

@@ -19,6 +19,7 @@ from memrl.records import RetrievedMemory
 from memrl_envs.memory_block import format_memories
 
 from .db_data import DbTask
+from .memory_context import ASSISTANT, USER, chat_text, format_official
 
 INSTRUCTION = (
     "You work on a MySQL database to answer a question or to carry out a change to a table. "
@@ -95,29 +96,65 @@ class Turn:
     observation: str
 
 
-def format_turn(turn: Turn) -> str:
+def _action_text(turn: Turn) -> str:
+    """A turn's action as the prompt shows it."""
     a = turn.action
     if a.kind == "sql":
-        body = f"Action: Operation\n```sql\n{a.text}\n```"
-    elif a.kind == "answer":
-        body = f"Action: Answer\nFinal Answer: {a.text}"
-    else:
-        first = next((ln.strip() for ln in turn.raw.splitlines() if ln.strip()), "")
-        body = f"Action: {first[:200]}"
-    return f"{body}\nOutput: {turn.observation}"
+        return f"Action: Operation\n```sql\n{a.text}\n```"
+    if a.kind == "answer":
+        return f"Action: Answer\nFinal Answer: {a.text}"
+    first = next((ln.strip() for ln in turn.raw.splitlines() if ln.strip()), "")
+    return f"Action: {first[:200]}"
 
 
-def build_prompt(task: DbTask, memories: Sequence[RetrievedMemory], history: Sequence[Turn],
-                 max_rows: int | None = None, with_example: bool = True) -> str:
+def format_turn(turn: Turn) -> str:
+    return f"{_action_text(turn)}\nOutput: {turn.observation}"
+
+
+def _preamble(with_example: bool) -> list[str]:
     parts = [INSTRUCTION]
     if with_example:
         parts.append("Two examples of tasks being solved:\n\n" + EXAMPLE)
-    block = format_memories(memories)
+    return parts
+
+
+def build_prompt(task: DbTask, memories: Sequence[RetrievedMemory], history: Sequence[Turn],
+                 max_rows: int | None = None, with_example: bool = True, memory_format: str = "memrl") -> str:
+    """The whole prompt for the next action; it ends with ``Action:``.
+
+    ``memory_format``: "memrl" puts the shared memory block (memrl_envs.memory_block) after
+    the instructions and the examples; "official" puts the official block (memory_context)
+    first, ahead of the instructions and their output format, as the official agent's system
+    prompt holds its memories before its format rules and the benchmark's own instructions."""
+    parts = _preamble(with_example)
+    block = format_official(memories) if memory_format == "official" else format_memories(memories)
     if block:
-        parts.append(block)
+        parts.insert(0 if memory_format == "official" else len(parts), block)
     episode = [format_question(task, max_rows)] + [format_turn(t) for t in history]
     parts.append("Here is your task.\n" + "\n".join(episode))
     return "\n\n".join(parts) + "\nAction:"
+
+
+def chat_messages(task: DbTask, history: Sequence[Turn], max_rows: int | None = None,
+                  with_example: bool = True) -> list[tuple[str, str]]:
+    """The episode as a chat, in the prompt's own words (the official memory writer's input,
+    memory_context): the instructions (with the examples) as the preamble user message, the
+    question and its table as the next user message, then each action (assistant) and the
+    database's output (user); the answer ends it, with nothing after. No memories: the
+    official history holds none."""
+    preamble = "\n\n".join(_preamble(with_example)) + "\n\nHere is your task."
+    messages = [(USER, preamble), (USER, format_question(task, max_rows))]
+    for turn in history:
+        messages.append((ASSISTANT, _action_text(turn)))
+        if turn.action.kind != "answer":
+            messages.append((USER, f"Output: {turn.observation}"))
+    return messages
+
+
+def memory_trajectory(task: DbTask, history: Sequence[Turn], max_rows: int | None = None,
+                      with_example: bool = True, agent_failed: bool = False) -> str:
+    """`EpisodeResult.memory_trajectory`: `chat_messages` as text (memory_context.chat_text)."""
+    return chat_text(chat_messages(task, history, max_rows, with_example), agent_failed)
 
 
 def _first_statement(text: str) -> str:

@@ -16,6 +16,7 @@ from .task_settings import LifelongTaskSettings
 class LifelongDbSettings(LifelongTaskSettings):
     FILE_KIND = "DB task"
     FILE_HINT = "the benchmark's db JSON"
+    VAL_FILE = "db_val.json"
 
     name: str = "lifelong_db"
     # the server

@@ -29,6 +29,16 @@ API (shared by the OS and the DB env):
 ``select(keys, task_ids=None, max_tasks=None) -> list[str]``
     keeps ``task_ids`` (every one must exist), then the first ``max_tasks``.
 
+``val_source(data_path, val_path, val_file) -> str | None`` / ``merge_loaded(train, val) -> Loaded``
+    The benchmark's validation tasks added to its train tasks, as the official code runs them
+    (MemTensor/MemRL @ 7c3beba, ``scripts/merge_llb_train_val.py``): ``val_path: auto`` is the
+    file ``val_file`` beside the train file, or the hub's ``validation`` split of the same
+    dataset; a key in both files is an error naming the key and both files.
+
+``run_order(keys, task_order) -> list[str]``
+    ``"numeric"``: as given (sample-index order); ``"string"``: keys sorted as strings, so
+    "10" < "2" (the official runner, ``memrl/run/llb_rl_runner.py``).
+
 ``task_key(task_id, prefix)`` / ``make_task_id(prefix, key)`` convert between sample keys
 and the env's task ids (``"db-17"``, ``"os-17"``), which stay distinct when OS and DB
 memories share one bank.
@@ -55,6 +65,9 @@ log = logging.getLogger(__name__)
 
 HUB_PREFIX = "hf://"
 SPLITS = ("all", "train", "validation")
+VAL_AUTO = "auto"             # val_path: the validation tasks beside the train tasks
+HUB_VAL_SPLIT = "validation"  # the hub split that holds them
+TASK_ORDERS = ("numeric", "string")
 
 
 class DataError(ValueError):
@@ -76,6 +89,8 @@ class Loaded:
     source: str
     rows: dict[str, dict[str, Any]]
     skipped: list[Skipped] = field(default_factory=list)
+    # where each row was read from, for a merged set (`merge_loaded`); empty: all from `source`
+    origin: dict[str, str] = field(default_factory=dict)
 
     @property
     def keys(self) -> list[str]:
@@ -214,6 +229,51 @@ def load_samples(
     return Loaded(source=source_str, rows=ordered, skipped=skipped)
 
 
+# -- train and validation as one set (the official task set) ---------------------------------
+def val_source(data_path: str, val_path: str | None, val_file: str) -> str | None:
+    """Where the validation tasks are read from: None (``val_path`` null: none), the hub
+    dataset of ``data_path`` (``auto`` with hub data; its ``validation`` split), the file
+    ``val_file`` in the train file's folder (``auto``), or ``val_path`` itself."""
+    if val_path is None:
+        return None
+    if val_path != VAL_AUTO:
+        return val_path
+    if data_path.startswith(HUB_PREFIX):
+        return data_path
+    return str(Path(data_path).expanduser().parent / val_file)
+
+
+def source_label(source: str, hub_split: str) -> str:
+    """A source as records name it: a hub dataset with its split (``hf://a/b#validation``)."""
+    return f"{source}#{hub_split}" if source.startswith(HUB_PREFIX) else source
+
+
+def merge_loaded(train: Loaded, val: Loaded) -> Loaded:
+    """The train rows, then the validation rows, as one set. Keys stay the benchmark's sample
+    indices (both files number the same 500 tasks), so a key in both is an error naming the
+    key(s) and both files; the rows skipped in either stay listed. Each row's file is kept in
+    ``origin``."""
+    def keys(part: Loaded) -> set[str]:  # a skipped row's key too (not a JSONL line's number)
+        return set(part.rows) | {k.key for k in part.skipped if not k.key.startswith("line ")}
+
+    both = sorted(keys(train) & keys(val), key=str)
+    if both:
+        raise DataError(f"sample {', '.join(both[:10])}{' ...' if len(both) > 10 else ''} "
+                        f"is in both {train.source} and {val.source}: the validation tasks must "
+                        "be other tasks than the train tasks")
+    rows = {**train.rows, **val.rows}
+    origin = {**{k: train.source for k in train.rows}, **{k: val.source for k in val.rows}}
+    return Loaded(source=f"{train.source} + {val.source}", rows=rows,
+                  skipped=[*train.skipped, *val.skipped], origin=origin)
+
+
+def run_order(keys: Sequence[str], task_order: str) -> list[str]:
+    """The keys in the order a run plays them (module doc)."""
+    if task_order not in TASK_ORDERS:
+        raise DataError(f"unknown task order {task_order!r}; expected one of {TASK_ORDERS}")
+    return sorted(keys, key=str) if task_order == "string" else list(keys)
+
+
 # -- splits --------------------------------------------------------------------------------
 def default_split_path(source: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None,
                        val_fraction: float, seed: int) -> Path:
@@ -280,9 +340,10 @@ def select(keys: Sequence[str], task_ids: Sequence[str] | None = None, max_tasks
 
 
 def env_error_result(errors: list[str], info: dict[str, Any]) -> EpisodeResult:
-    """The result of an episode whose system could not be set up or broke down."""
+    """The result of an episode whose system could not be set up or broke down; its chat
+    history (`memory_trajectory`) is empty: the agent never got the task."""
     return EpisodeResult(success=False, reward=0.0, steps=0, errors=errors, info=info,
-                         outcome="env_error", outcome_detail="env_error")
+                         outcome="env_error", outcome_detail="env_error", memory_trajectory="")
 
 
 class TaskListing:
@@ -295,6 +356,8 @@ class TaskListing:
     TASK_PREFIX: str
     LABEL: str
     LITERAL_FIELDS: Sequence[str]
+    # the file each task was read from, when train and validation tasks are merged (None: one file)
+    task_files: dict[str, str] | None = None
 
     def _list_tasks(self) -> list[Task]:
         return [Task(task_id=make_task_id(self.TASK_PREFIX, key), intent=t.instruction,
@@ -322,22 +385,47 @@ class TaskListing:
                            answer_tokens=self.s.max_tokens, budget_key="env.max_tokens",
                            stop=policy.STOP)]
 
+    def _read(self) -> Loaded:
+        """The configured task rows: the train file, plus the validation tasks when
+        ``val_path`` is set (`merge_loaded`)."""
+        s = self.s
+        train = load_samples(s.data_path, literal_fields=self.LITERAL_FIELDS,
+                             validate=self.check_row, hub_split=s.hub_split)
+        val_from = val_source(s.data_path, s.val_path, s.VAL_FILE)
+        if val_from is None:
+            return train
+        train.source = source_label(s.data_path, s.hub_split)
+        val = load_samples(val_from, literal_fields=self.LITERAL_FIELDS,
+                           validate=self.check_row, hub_split=HUB_VAL_SPLIT)
+        val.source = source_label(val_from, HUB_VAL_SPLIT)
+        merged = merge_loaded(train, val)
+        log.info("%s: %d tasks from %s and %d from %s", self.LABEL, len(train.rows), train.source,
+                 len(val.rows), val.source)
+        return merged
+
     def _load(self) -> dict[str, Any]:
         with self._lock:
             if self._tasks is None:
                 s = self.s
-                loaded = load_samples(s.data_path, literal_fields=self.LITERAL_FIELDS,
-                                      validate=self.check_row, hub_split=s.hub_split)
+                loaded = self._read()
                 self.skipped, self.fingerprint = loaded.skipped, loaded.fingerprint
-                keys = resolve_split(loaded.keys, s.split, s.split_file, s.val_fraction,
-                                     s.split_seed, source=s.data_path, cache_dir=s.cache_dir)
+                keys = resolve_split(sort_keys(loaded.keys), s.split, s.split_file, s.val_fraction,
+                                     s.split_seed, source=loaded.source, cache_dir=s.cache_dir)
+                keys = run_order(keys, s.task_order)
                 keys = select(keys, s.task_ids, s.max_tasks,
                               id_of=lambda k: make_task_id(self.TASK_PREFIX, k))
                 if not keys:
-                    raise ValueError(f"no {self.LABEL} tasks in {s.data_path} "
+                    raise ValueError(f"no {self.LABEL} tasks in {loaded.source} "
                                      f"(split {s.split!r}, after filters)")
+                self.task_files = {k: loaded.origin[k] for k in keys} if loaded.origin else None
                 self._tasks = {k: self.make_task(k, loaded.rows[k]) for k in keys}
             return self._tasks
+
+    def note_task_file(self, info: dict[str, Any], key: str) -> None:
+        """Name, in an episode's info (its record), the file its task came from, when the
+        task set merges two files (nothing otherwise)."""
+        if self.task_files is not None and key in self.task_files:
+            info["task_file"] = self.task_files[key]
 
     def task(self, task_id: str) -> Any:
         key = task_key(task_id, self.TASK_PREFIX)

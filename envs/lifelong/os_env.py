@@ -16,7 +16,8 @@ from memrl_envs.sandbox import SandboxFitError
 
 from . import loader
 from .os_data import LITERAL_FIELDS, check_row, task_from_row
-from .os_episode import SHARED, Actor, GoldPolicy, LLMPolicy, OsTask, play
+from .os_episode import SHARED, Actor, EpisodeOutcome, GoldPolicy, LLMPolicy, OsTask, play
+from .os_prompts import memory_trajectory
 from . import os_rootfs
 from .os_rootfs import RootfsError, ensure_rootfs
 from .os_settings import LifelongOsSettings
@@ -29,9 +30,11 @@ class LifelongOsEnv(loader.TaskListing, Env):
     """LifelongAgentBench OS tasks behind the Env seam.
 
     Settings (``LifelongOsSettings``, the `env=lifelong_os` group): data_path (the
-    benchmark's OS JSON keyed by sample index, or ``hf://<repo>/<config>``), split (all |
+    benchmark's OS JSON keyed by sample index, or ``hf://<repo>/<config>``), val_path (the
+    validation tasks added to them: ``auto`` = os_interaction_val.json beside it, or the hub's
+    validation split), task_order (numeric | string), split (all |
     train | validation, from the split file), max_steps (turns: commands, unreadable replies
-    and finish), rootfs_dir / build_rootfs (the cached root file system, `os_rootfs`; built
+    and finish), memory_format (memrl | official, memory_context), rootfs_dir / build_rootfs (the cached root file system, `os_rootfs`; built
     on first use only when build_rootfs), scratch_dir / upper_size_mb / pids_max / memory_mb /
     workdir (the episode's sandbox, `OverlayShell`: its disk (tmpfs), process and memory caps),
     max_parallel (episode sandboxes at once; null: as many as fit the machine at the caps, a
@@ -102,6 +105,7 @@ class LifelongOsEnv(loader.TaskListing, Env):
     def run_episode(self, os_task: OsTask, policy: Actor, injected: int = 0) -> EpisodeResult:
         s = self.s
         info: dict = {"agent": self.agent, "skills": list(os_task.skills), "memories_injected": injected}
+        self.note_task_file(info, os_task.key)
         errors: list[str] = []
         outcome = None
         shell: Shell | None = None
@@ -132,7 +136,16 @@ class LifelongOsEnv(loader.TaskListing, Env):
         return EpisodeResult(success=outcome.success, reward=1.0 if outcome.success else 0.0,
                              steps=len(outcome.steps), transcript=outcome.steps,
                              errors=outcome.errors + errors, info=info,
-                             outcome=SHARED[outcome.outcome], outcome_detail=outcome.outcome)
+                             outcome=SHARED[outcome.outcome], outcome_detail=outcome.outcome,
+                             memory_trajectory=self._memory_trajectory(os_task, outcome))
+
+    def _memory_trajectory(self, os_task: OsTask, outcome: EpisodeOutcome) -> str:
+        """The chat history of the episode (os_prompts.memory_trajectory); "" when the set-up
+        failed before the agent got the task (the official history is empty then too)."""
+        if not outcome.agent_started:
+            return ""
+        return memory_trajectory(os_task.instruction, outcome.steps, self.s.command_timeout_s,
+                                 self.s.with_example, agent_failed=outcome.agent_failed)
 
     def close(self) -> None:
         """Nothing stays open between episodes (each one's system is gone when it ends)."""

@@ -74,7 +74,8 @@ class LLMPolicy(Policy):
 
     def prompt(self, task: OsTask, history: Sequence[Step]) -> str:
         s = self.s
-        return build_prompt(task.instruction, self.memories, history, s.command_timeout_s, s.with_example)
+        return build_prompt(task.instruction, self.memories, history, s.command_timeout_s, s.with_example,
+                            s.memory_format)
 
     def next_action(self, task: OsTask, history: Sequence[Step]) -> tuple[Action, str]:
         reply = self.llm.complete(self.prompt(task, history), purpose="act", max_tokens=self.s.max_tokens,
@@ -97,6 +98,8 @@ class EpisodeOutcome:
     eval_exit: int | None = None
     eval_output: str = ""
     seconds: float = 0.0
+    agent_started: bool = False  # the set-up went through and the agent got the task
+    agent_failed: bool = False   # the turns ended on a failed model call
 
 
 def play(shell: Shell, task: OsTask, policy: Actor, max_steps: int, timeout_s: float,
@@ -118,13 +121,13 @@ def play(shell: Shell, task: OsTask, policy: Actor, max_steps: int, timeout_s: f
                 return out
         else:
             out.init_exit = 0
-        llm_failed = False
+        out.agent_started = True
         while len(out.steps) < max_steps:
             try:
                 action, reply = policy.next_action(task, out.steps)
             except LLMError as exc:
                 out.errors.append(f"LLMError at step {len(out.steps) + 1}: {exc}")
-                llm_failed = True
+                out.agent_failed = True
                 break
             if action.kind == FINISH:
                 out.steps.append(Step(action=FINISH, observation="The task's check runs now."))
@@ -152,7 +155,7 @@ def play(shell: Shell, task: OsTask, policy: Actor, max_steps: int, timeout_s: f
         elif check.timed_out:
             out.outcome = EVAL_TIMEOUT
         else:
-            out.outcome = LLM_ERROR if llm_failed else FAILED
+            out.outcome = LLM_ERROR if out.agent_failed else FAILED
     except ShellError as exc:
         out.errors.append(f"ShellError: {exc}")
         out.outcome, out.success = ENV_ERROR, False

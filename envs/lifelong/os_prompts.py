@@ -18,6 +18,8 @@ from typing import Sequence
 from memrl.records import RetrievedMemory, Step
 from memrl_envs.memory_block import format_memories
 
+from .memory_context import ASSISTANT, USER, chat_text, format_official
+
 INSTRUCTION = (
     "You are the administrator of a Linux machine (root shell, bash, no network) and carry out "
     "a task on it. You act in turns. In a turn you either run a shell command or say that you "
@@ -154,24 +156,69 @@ def render_action(step: Step) -> str:
     return f"Action: bash\n```bash\n{step.action}\n```"
 
 
-def build_prompt(instruction_text: str, memories: Sequence[RetrievedMemory], history: Sequence[Step],
-                 timeout_s: float = 20.0, with_example: bool = True) -> str:
-    """The whole prompt for the next action; it ends with ``Action:``."""
+def _history_lines(history: Sequence[Step]) -> list[tuple[str, str | None]]:
+    """Each turn of the episode as the prompt shows it: (the action, the output after
+    ``Output:``; None for finish, after which nothing comes back)."""
+    turns: list[tuple[str, str | None]] = []
+    for step in history:
+        if step.action == FINISH:
+            turns.append(("Action: finish", None))
+        elif step.action.startswith(INVALID_MARK):
+            raw = re.sub(r"^\s*action\s*:\s*", "", step.action[len(INVALID_MARK):], flags=re.IGNORECASE)
+            turns.append((f"Action: {raw}", step.observation))
+        else:
+            turns.append((render_action(step), step.observation))
+    return turns
+
+
+def _preamble(timeout_s: float, with_example: bool) -> list[str]:
     parts = [INSTRUCTION.format(timeout=timeout_s)]
     if with_example:
         parts.append("Example:\n" + EXAMPLE)
-    block = format_memories(memories)
+    return parts
+
+
+def _memory_block(memories: Sequence[RetrievedMemory], memory_format: str) -> str:
+    return format_official(memories) if memory_format == "official" else format_memories(memories)
+
+
+def build_prompt(instruction_text: str, memories: Sequence[RetrievedMemory], history: Sequence[Step],
+                 timeout_s: float = 20.0, with_example: bool = True, memory_format: str = "memrl") -> str:
+    """The whole prompt for the next action; it ends with ``Action:``.
+
+    ``memory_format``: "memrl" puts the shared memory block (memrl_envs.memory_block) after
+    the instructions and the example; "official" puts the official block (memory_context)
+    first, ahead of the instructions and their output format, as the official agent's system
+    prompt holds its memories before its format rules and the benchmark's own instructions."""
+    parts = _preamble(timeout_s, with_example)
+    block = _memory_block(memories, memory_format)
     if block:
-        parts.append(block)
+        parts.insert(0 if memory_format == "official" else len(parts), block)
     episode = [f"Task: {instruction_text.strip()}"]
-    for step in history:
-        if step.action == FINISH:
+    for action, output in _history_lines(history):
+        if output is None:  # finish ends the episode: never followed by another prompt
             continue
-        if step.action.startswith(INVALID_MARK):
-            raw = re.sub(r"^\s*action\s*:\s*", "", step.action[len(INVALID_MARK):], flags=re.IGNORECASE)
-            episode.append(f"Action: {raw}")
-        else:
-            episode.append(render_action(step))
-        episode.append(f"Output: {step.observation}")
+        episode += [action, f"Output: {output}"]
     parts.append("Now your task.\n" + "\n".join(episode))
     return "\n\n".join(parts) + "\nAction:"
+
+
+def chat_messages(instruction_text: str, history: Sequence[Step], timeout_s: float = 20.0,
+                  with_example: bool = True) -> list[tuple[str, str]]:
+    """The episode as a chat, in the prompt's own words (the official memory writer's input,
+    memory_context): the instructions (with the example) as the preamble user message, the
+    task as the next user message, then each action (assistant) and its output (user).
+    No memories: the official history holds none."""
+    preamble = "\n\n".join(_preamble(timeout_s, with_example)) + "\n\nNow your task."
+    messages = [(USER, preamble), (USER, f"Task: {instruction_text.strip()}")]
+    for action, output in _history_lines(history):
+        messages.append((ASSISTANT, action))
+        if output is not None:
+            messages.append((USER, f"Output: {output}"))
+    return messages
+
+
+def memory_trajectory(instruction_text: str, history: Sequence[Step], timeout_s: float = 20.0,
+                      with_example: bool = True, agent_failed: bool = False) -> str:
+    """`EpisodeResult.memory_trajectory`: `chat_messages` as text (memory_context.chat_text)."""
+    return chat_text(chat_messages(instruction_text, history, timeout_s, with_example), agent_failed)

@@ -14,6 +14,7 @@ from .task_settings import LifelongTaskSettings
 class LifelongOsSettings(LifelongTaskSettings):
     FILE_KIND = "OS task"
     FILE_HINT = "the benchmark's os_interaction JSON"
+    VAL_FILE = "os_interaction_val.json"
 
     name: str = "lifelong_os"
     # the system
