@@ -11,6 +11,13 @@ Each episode's `outcome_detail` is one of (the shared `outcome` in brackets):
   unsupported_input     an image question for a text-only solver; no call was made (env_error)
 Every outcome but correct/incorrect also puts a message in `errors`, so the runner marks
 the episode errored: it counts as unsolved in SR, and memory modules do not learn from it.
+Under `env.judge.verdict_rule=official` there is no judge_error: a judge that gives no
+verdict grades the answer incorrect (as the official runner does), with the reason in
+`info["judge"]["unread"]`.
+
+Every result carries `memory_trajectory`, the episode as the official code hands it to its
+memory writer: "QUESTION\n{question}\n\nSOLUTION\n{reply, stripped}\n" (an empty
+solution when no reply came).
 """
 
 from __future__ import annotations
@@ -64,7 +71,8 @@ class ReactPolicy(AnswerPolicy):
                                  budget_key=ANSWER_BUDGET_KEY if self.s.max_tokens else "llm.max_tokens")
 
     def messages(self, q: HLEQuestion) -> list:
-        return build_messages(q, self.memories, memory_max_chars=self.s.memory_max_chars)
+        return build_messages(q, self.memories, memory_max_chars=self.s.memory_max_chars,
+                              memory_format=self.s.memory_format)
 
 
 class GoldPolicy(AnswerPolicy):
@@ -89,7 +97,8 @@ def _build_judge(judge: Any) -> Judge:
     from memrl.llm.factory import build_client
 
     return Judge(build_client(settings.client_config(), section="env.judge"), examples=settings.n_examples(),
-                 json_mode=settings.json_mode, max_tokens=settings.max_tokens)
+                 json_mode=settings.json_mode, max_tokens=settings.max_tokens,
+                 verdict_rule=settings.verdict_rule)
 
 
 class HLEEnv(Env):
@@ -100,7 +109,8 @@ class HLEEnv(Env):
     $HF_TOKEN, from the Hugging Face hub); categories, modality, ratio, subset_size,
     subset_seed, split, valid_fraction, task_ids, max_tasks: which questions to keep (see
     `data.select`); judge (the judge model's section); max_tokens (the solver's tokens per
-    answer; null: the llm config's); memory_max_chars (each injected memory is clipped).
+    answer; null: the llm config's); memory_max_chars (each injected memory is clipped);
+    order / order_seed (the task order); memory_format (where the memories go).
     Agents: "react" (the solver model) or "gold" (the reference answer).
     `judge`: a ready `LLMClient` / `Judge` instead of the one the settings describe (tests).
     """
@@ -117,7 +127,8 @@ class HLEEnv(Env):
         self.selection = Selection(
             categories=list(s.categories) if s.categories else None, modality=s.modality, ratio=s.ratio,
             subset_size=s.subset_size, seed=s.subset_seed, split=s.split, valid_fraction=s.valid_fraction,
-            task_ids=list(s.task_ids) if s.task_ids is not None else None, max_tasks=s.max_tasks)
+            task_ids=list(s.task_ids) if s.task_ids is not None else None, max_tasks=s.max_tasks,
+            order=s.order, order_seed=s.order_seed)
         self._owns_judge = judge is None
         self.judge = _build_judge(judge if judge is not None else s.judge)
         self.loaded: LoadResult | None = None
@@ -181,14 +192,14 @@ class HLEEnv(Env):
         try:
             response = policy.respond(q)
         except UnsupportedInput as exc:
-            return self._result("unsupported_input", info, errors=[f"unsupported_input: {exc}"])
+            return self._result("unsupported_input", q, info, errors=[f"unsupported_input: {exc}"])
         except LLMError as exc:
-            return self._result("solver_error", info, errors=[f"solver_error: {exc}"])
+            return self._result("solver_error", q, info, errors=[f"solver_error: {exc}"])
         info["parsed_answer"] = parse_answer(response)
         info["confidence"] = parse_confidence(response)
         if not response.strip():  # nothing to grade: certainly not the reference answer
             info["judge"] = None
-            return self._result("incorrect", info, response=response,
+            return self._result("incorrect", q, info, response=response,
                                 feedback="Graded incorrect: the response was empty.")
         judge_llm = self.judge.episode(prefix, seed)
         try:
@@ -199,14 +210,18 @@ class HLEEnv(Env):
         info["judge"] = self._judge_usage(judge_llm)
         if verdict is None:
             info["judge"]["raw"] = (error.raw or "")[:500]
-            return self._result("judge_error", info, errors=[f"judge_error: {error}"],
+            return self._result("judge_error", q, info, errors=[f"judge_error: {error}"],
                                 response=response,
                                 feedback="The answer could not be graded (the judge gave no verdict).")
         info["judge"].update(extracted_final_answer=verdict.extracted_final_answer,
                              reasoning=verdict.reasoning[:500])
+        if verdict.confidence is not None:
+            info["judge"]["confidence"] = verdict.confidence
+        if verdict.unread is not None:  # verdict_rule=official: no verdict read, graded incorrect
+            info["judge"].update(unread=verdict.unread, raw=verdict.raw[:500])
         outcome = "correct" if verdict.correct else "incorrect"
         feedback = "Graded correct." if verdict.correct else "Graded incorrect."
-        return self._result(outcome, info, response=response, feedback=feedback)
+        return self._result(outcome, q, info, response=response, feedback=feedback)
 
     def _judge_usage(self, judge_llm: "EpisodeLLM") -> dict[str, Any]:
         m = judge_llm.meter
@@ -215,19 +230,26 @@ class HLEEnv(Env):
                 "cost_usd": m.cost_usd}
 
     @staticmethod
-    def _result(detail: str, info: dict[str, Any], errors: list[str] | None = None,
+    def _result(detail: str, q: HLEQuestion, info: dict[str, Any], errors: list[str] | None = None,
                 response: str | None = None, feedback: str = "") -> EpisodeResult:
         transcript = [Step(action=response, observation=feedback)] if response is not None else []
         success = detail == "correct"
         return EpisodeResult(success=success, reward=1.0 if success else 0.0,
                              steps=len(transcript), transcript=transcript,
                              errors=list(errors or []), info=info,
-                             outcome=OUTCOMES[detail], outcome_detail=detail)
+                             outcome=OUTCOMES[detail], outcome_detail=detail,
+                             memory_trajectory=memory_trajectory(q.question, response or ""))
 
     def close(self) -> None:
         cache = getattr(self.judge.client, "cache", None)
         if self._owns_judge and cache is not None:
             cache.close()
+
+
+def memory_trajectory(question: str, reply: str) -> str:
+    """The episode as the official code gives it to its memory writer (memrl/run/hle_runner.py
+    `_evaluate_row`): the question, then the solver's whole reply."""
+    return f"QUESTION\n{question}\n\nSOLUTION\n{reply.strip()}\n"
 
 
 def judge_from_settings(settings: JudgeSettings | Mapping[str, Any]) -> Judge:

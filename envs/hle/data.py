@@ -9,6 +9,12 @@ Other columns (rationale, author_name, canary, image_preview, ...) are ignored.
 A row that breaks the schema is skipped and reported (`LoadResult.skipped`, and one log
 warning), never loaded half-way. Every selection is deterministic: rows are ranked by a hash
 of (seed, purpose, id), so a question's membership does not depend on the other rows.
+
+Order (`Selection.order`): "dataset" keeps the source's row order; "official" is the official
+code's (MemTensor/MemRL memrl/run/hle_runner.py `_load`): the questions grouped by category,
+the categories in order of first appearance, each group shuffled on its own by a fresh
+`numpy.random.RandomState(order_seed).permutation` (what pandas `sample(frac=1,
+random_state=42)` does), the groups concatenated.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -276,10 +284,26 @@ class Selection:
     valid_fraction: float = 0.2
     task_ids: Sequence[str] | None = None
     max_tasks: int | None = None
+    order: str = "dataset"  # dataset | official (module doc)
+    order_seed: int = 42
+
+
+def official_order(questions: Sequence[HLEQuestion], seed: int = 42) -> list[HLEQuestion]:
+    """The official run order (module doc): per category, in order of first appearance, the
+    category's questions permuted by a fresh RandomState(seed); the groups concatenated."""
+    groups: dict[str, list[HLEQuestion]] = {}
+    for q in questions:
+        groups.setdefault(q.category, []).append(q)
+    out: list[HLEQuestion] = []
+    for group in groups.values():
+        out.extend(group[i] for i in np.random.RandomState(seed).permutation(len(group)))
+    return out
 
 
 def select(questions: Sequence[HLEQuestion], sel: Selection) -> list[HLEQuestion]:
-    """The chosen questions, in input order. Unknown categories or task ids raise ValueError."""
+    """The chosen questions, in input order or the official one (`sel.order`, applied before
+    `max_tasks`, as the official code takes its first N after the shuffle). Unknown
+    categories or task ids raise ValueError."""
     chosen = list(questions)
     if sel.categories:
         known = sorted({q.category for q in chosen})
@@ -319,6 +343,10 @@ def select(questions: Sequence[HLEQuestion], sel: Selection) -> list[HLEQuestion
             raise ValueError(f"task_ids: not among the selected questions: {missing[:5]}")
         wanted_ids = set(sel.task_ids)
         chosen = [q for q in chosen if q.id in wanted_ids]
+    if sel.order == "official":
+        chosen = official_order(chosen, sel.order_seed)
+    elif sel.order != "dataset":
+        raise ValueError(f"order: {sel.order!r} is not one of dataset, official")
     if sel.max_tasks is not None:
         chosen = chosen[: sel.max_tasks]
     return chosen

@@ -3,6 +3,15 @@ confidence), the injected memories, the question and its image; and how its repl
 
 Messages are chat messages. Rendered for the embedded base model (contents joined by blank
 lines) the user message comes last and ends with the question, so it reads as one document.
+
+Where the memories go (`env.memory_format`):
+- "memrl" (default): numbered notes at the top of the user message, each clipped to
+  `memory_max_chars`.
+- "official" (MemTensor/MemRL memrl/run/hle_runner.py `_build_memory_context` and
+  `_build_messages`): a system message of their own between the answer-format system message
+  and the user message; the memories of successes first, then those of failures (success
+  False or unknown), each group under its heading and in selection order, each memory's whole
+  stored experience (its own task text, never the key's), joined by blank lines.
 """
 
 from __future__ import annotations
@@ -35,6 +44,11 @@ MEMORY_OPEN = ("Notes from earlier attempts at similar questions. Use what appli
                "marked as failed shows what not to repeat.")
 MEMORY_CLOSE = "End of notes."
 
+# memory_format=official: a heading per group (the official's structure, the project's words)
+OFFICIAL_SUCCESS_HEADING = "=== Memories of questions solved before ==="
+OFFICIAL_FAILURE_HEADING = "=== Memories of failed attempts (do not repeat them) ==="
+MEMORY_FORMATS = ("memrl", "official")
+
 
 def system_prompt(answer_type: str) -> str:
     return CHOICE_SYSTEM if answer_type == "multipleChoice" else EXACT_SYSTEM
@@ -59,17 +73,42 @@ def format_memories(memories: Sequence[RetrievedMemory], max_chars: int = 4000) 
     return "\n\n".join(parts)
 
 
-def build_messages(q: HLEQuestion, memories: Sequence[RetrievedMemory],
-                   with_image: bool = True, memory_max_chars: int = 4000) -> list[tuple[str, Content]]:
-    """[(system, instructions), (user, memories + question [+ image])]."""
-    block = format_memories(memories, memory_max_chars)
+def format_official_memories(memories: Sequence[RetrievedMemory]) -> str:
+    """memory_format=official: the memories of successes, then of failures, each group under
+    its heading in selection order, every experience whole; "" when there are none."""
+    wins = [m.experience for m in memories if m.success is True]
+    losses = [m.experience for m in memories if m.success is not True]
+    sections = []
+    if wins:
+        sections.append(OFFICIAL_SUCCESS_HEADING + "\n" + "\n\n".join(wins))
+    if losses:
+        sections.append(OFFICIAL_FAILURE_HEADING + "\n" + "\n\n".join(losses))
+    return "\n\n".join(sections)
+
+
+def _user_message(q: HLEQuestion, block: str, with_image: bool) -> Content:
+    """The question (after the memrl memory block, if any), with its image if sent."""
     text = (block + "\n\n" if block else "") + f"Question:\n{q.question.strip()}"
     if q.has_image and with_image:
         text += "\n\n(The image the question refers to is attached.)"
-        user: Content = (TextPart(text), ImagePart(q.image))
-    else:
-        user = text
-    return [("system", system_prompt(q.answer_type)), ("user", user)]
+        return (TextPart(text), ImagePart(q.image))
+    return text
+
+
+def build_messages(q: HLEQuestion, memories: Sequence[RetrievedMemory], with_image: bool = True,
+                   memory_max_chars: int = 4000, memory_format: str = "memrl") -> list[tuple[str, Content]]:
+    """memrl: [(system, instructions), (user, memories + question [+ image])];
+    official: [(system, instructions), (system, memories), (user, question [+ image])], the
+    memory message only when there are memories (module doc)."""
+    if memory_format not in MEMORY_FORMATS:
+        raise ValueError(f"env.memory_format: {' | '.join(MEMORY_FORMATS)} (got {memory_format!r})")
+    head: list[tuple[str, Content]] = [("system", system_prompt(q.answer_type))]
+    if memory_format == "official":
+        block = format_official_memories(memories)
+        if block:
+            head.append(("system", block))
+        return head + [("user", _user_message(q, "", with_image))]
+    return head + [("user", _user_message(q, format_memories(memories, memory_max_chars), with_image))]
 
 
 _ANSWER = re.compile(r"^\s*\**\s*(?:exact\s+answer|final\s+answer|answer)\s*\**\s*:\s*(.+?)\s*$",

@@ -22,7 +22,12 @@ class JudgeSettings(ModelSettings):
 
     `examples`: worked verdicts shown before the one asked for (a base model such as the
     embedded one needs them to answer in the format); null = 2 for `local`, 0 otherwise.
-    `json_mode`: ask API models for a JSON object through the provider's JSON mode.
+    `json_mode`: ask API models for a JSON object through the provider's JSON mode (memrl's
+    verdict rule only: the official rule's prompt asks for "field: value" lines).
+    `verdict_rule` (envs/hle/judge.py): "memrl" asks for a JSON verdict and records a judge
+    that gives none (failed call, unreadable reply) as `judge_error`; "official" asks for
+    `field: value` lines, reads them as the official runner does (memrl/run/hle_runner.py
+    `_hle_judge`) and counts a missing verdict as incorrect.
     """
 
     # the LLM section's fields and checks, with a judge's defaults
@@ -32,6 +37,7 @@ class JudgeSettings(ModelSettings):
     max_tokens: int = Field(2048, ge=1)
     examples: int | None = Field(None, ge=0, le=2)
     json_mode: bool = True
+    verdict_rule: Literal["memrl", "official"] = "memrl"
 
     @model_validator(mode="after")
     def _check(self) -> "JudgeSettings":
@@ -51,7 +57,14 @@ class JudgeSettings(ModelSettings):
 
 
 class HLESettings(EnvSettings):
-    """Where the questions come from, which of them to keep, and how episodes are graded."""
+    """Where the questions come from, which of them to keep, and how episodes are graded.
+
+    `order`: "dataset" (the source's row order) or "official" (grouped by category, each
+    group shuffled by `numpy.random.RandomState(order_seed)`; envs/hle/data.py).
+    `memory_format`: "memrl" (the memories in the user message, clipped to
+    `memory_max_chars`) or "official" (their own system message, successes then failures,
+    uncut; envs/hle/prompts.py).
+    """
 
     name: str = "hle"
     data_path: str | None = data_location(
@@ -68,9 +81,12 @@ class HLESettings(EnvSettings):
     subset_seed: int = Field(0, ge=0)
     split: Literal["all", "train", "valid"] = "all"
     valid_fraction: float = Field(0.2, gt=0.0, lt=1.0)
+    order: Literal["dataset", "official"] = "dataset"
+    order_seed: int = Field(42, ge=0, description="order=official: the per-category shuffle's seed")
     max_steps: int = Field(1, ge=1, description="accepted for debug presets; episodes are one answer")
     max_tokens: int | None = Field(None, ge=1, description="solver tokens; null = the llm's max_tokens")
     memory_max_chars: int = Field(4000, ge=200)
+    memory_format: Literal["memrl", "official"] = "memrl"
     judge: JudgeSettings = Field(default_factory=lambda: JudgeSettings(model="openai/o3-mini"))
 
     @model_validator(mode="after")
