@@ -26,6 +26,25 @@ if TYPE_CHECKING:
 _OBS_CHARS = 1200
 
 
+def memory_trajectory(reply: str, prompt: str, code: str, status: str, error: str,
+                      memories: Sequence[RetrievedMemory] = ()) -> str:
+    """The episode as the official writer is handed it (memrl/run/bcb_runner.py
+    `_trajectory_from_raw_or_fallback`): the model's raw reply, exactly; only when the reply
+    is empty, a short account in four parts: the task prompt, the memories retrieved (when
+    any), the code tested, the test result (status, and the error when there is one)."""
+    if reply:
+        return reply
+    lines = ["[1] Task prompt", prompt]
+    if memories:
+        best = max(m.similarity for m in memories)
+        lines += ["", "[2] Memories retrieved", f"count: {len(memories)}", f"best similarity: {best:.4f}",
+                  f"ids: {[m.memory_id for m in memories]}"]
+    lines += ["", "[3] Code tested", "```python", code, "```", "", "[4] Test result", f"status: {status}"]
+    if error:
+        lines += ["error:", error]
+    return "\n".join(lines)
+
+
 class CodePolicy(Policy):
     """A BigCodeBench agent: one reply holding the solution."""
 
@@ -37,7 +56,8 @@ class ReactPolicy(CodePolicy):
     """An LLM writes the code (the env's prompt with the injected memories)."""
 
     def prompt(self, problem: loader.BCBProblem) -> str:
-        return build_prompt(problem, self.s.split, self.memories)
+        return build_prompt(problem, self.s.split, self.memories, memory_format=self.s.memory_format,
+                            memory_chars=self.s.memory_chars, official_header_bug=self.s.official_header_bug)
 
     def reply(self, problem: loader.BCBProblem) -> str:
         return self.llm.complete(self.prompt(problem), purpose="code", max_tokens=self.s.max_tokens,
@@ -71,7 +91,11 @@ class BigCodeBenchEnv(Env):
     default the CPU count; lowered at start to what fits the machine at the caps, see
     `sandbox_facts()`), intent (what retrieval embeds and memories are keyed by: task, the
     description without the code header, | prompt, the split's whole prompt, as the official
-    MemRL code does), cache_dir.
+    MemRL code does), memory_format / memory_chars / official_header_bug (how memories are
+    shown: memrl's shared block | the official runner's typed entries, cut to an even share of
+    memory_chars; prompts.py), cache_dir.
+    Every result carries `memory_trajectory` (what the official writer is handed: the raw
+    reply, or for an empty one an account of the episode: the function `memory_trajectory`).
     Agents: "react" (an LLM writes the code) or "canonical" (the task's own solution).
     `executor`: another checker (tests).
     """
@@ -175,8 +199,11 @@ class BigCodeBenchEnv(Env):
             reply = policy.reply(problem)
         except LLMError as exc:
             info.update(reason=str(exc)[:300])
+            trajectory = memory_trajectory("", self._task_prompt(problem), "", "llm_error", str(exc),
+                                           policy.memories)
             return EpisodeResult(success=False, reward=0.0, steps=0, errors=[f"LLMError: {exc}"],
-                                 info=info, outcome="llm_error", outcome_detail="llm_error")
+                                 info=info, outcome="llm_error", outcome_detail="llm_error",
+                                 memory_trajectory=trajectory)
         extracted = extract_code(reply, problem.entry_point, completion_prefix(problem, self.s.split))
         info["code_source"] = extracted.source
         info["reply_chars"] = len(reply or "")
@@ -190,9 +217,16 @@ class BigCodeBenchEnv(Env):
         info.update(reason=outcome.reason, failed_tests=outcome.failed_tests[:20], missing_libs=outcome.missing)
         action = extracted.code if extracted.code else (reply or "").strip()
         observation = f"Outcome: {outcome.kind} - {outcome.reason}"[:_OBS_CHARS]
+        trajectory = memory_trajectory(reply or "", self._task_prompt(problem), extracted.code, outcome.kind,
+                                       "" if outcome.success else outcome.reason, policy.memories)
         return EpisodeResult(success=outcome.success, reward=1.0 if outcome.success else 0.0, steps=1,
                              transcript=[Step(action=action, observation=observation)],
-                             errors=errors, info=info, outcome=outcome.shared, outcome_detail=outcome.kind)
+                             errors=errors, info=info, outcome=outcome.shared, outcome_detail=outcome.kind,
+                             memory_trajectory=trajectory)
+
+    def _task_prompt(self, problem: loader.BCBProblem) -> str:
+        """The task's prompt as the official runner has it (get_prompt: the split's prompt)."""
+        return problem.instruct_prompt if self.s.split == "instruct" else problem.complete_prompt
 
     def program(self, problem: loader.BCBProblem, code: str) -> str:
         """What is executed: with calibration, the code prompt and a `pass` body first (so the

@@ -43,6 +43,14 @@ class BigCodeBenchSettings(EnvSettings):
     max_parallel: int | None = no_effect(None, ge=1, description="sandboxes at once; null = CPU count; "
                                          "lowered at start to what fits the machine at the caps")
     intent: Literal["task", "prompt"] = Field("task", description="retrieval key: task description | whole prompt")
+    # how injected memories are shown (prompts.py): memrl's shared block, or the official
+    # runner's layout (typed entries in selection order, each cut to memory_chars // shown)
+    memory_format: Literal["memrl", "official"] = Field("memrl", description="memory display: memrl | official")
+    memory_chars: int = Field(2000, ge=1, description="memory_format=official: characters of all "
+                              "entries, split evenly among the memories shown")
+    official_header_bug: bool = Field(False, description="memory_format=official: a success shows its whole "
+                                      "text, its Task header included (the official header pattern never "
+                                      "matches); false: the header is stripped, as intended")
     cache_dir: str | None = no_effect(None)
 
     @model_validator(mode="after")
