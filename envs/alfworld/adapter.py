@@ -11,17 +11,19 @@ from memrl.llm.base import LLMError, ModelProbe
 from memrl.records import EpisodeResult, RetrievedMemory, Step, Task
 from memrl_envs.base import Env, Policy
 
-from . import catalog, speedups
+from . import catalog, chat, speedups
 from .game import AlfworldGame, expert_rng_guard, seed_expert_rng, split_initial_observation
 from .prompts import (
     PROMPTS_FILENAME,
     STOP,
     build_prompt,
+    chat_instruction,
     default_prompts_file,
     format_task_start,
     instruction_for,
     is_think,
     load_demonstrations,
+    memory_block,
     parse_action,
     resolve_style,
     select_demonstrations,
@@ -36,15 +38,28 @@ log = logging.getLogger(__name__)
 
 
 class AlfworldPolicy(Policy):
-    """An ALFWorld agent: one action per turn from the episode so far."""
+    """An ALFWorld agent: one action per turn from the episode so far. `replies` holds what it
+    answered at each turn (a model's raw reply), for the episode's dialogue (chat.py)."""
 
     expert_plan: ClassVar[bool] = False     # the game computes ALFWorld's expert plan for it
     demonstrations: ClassVar[bool] = False  # its prompt shows ReAct demonstrations
     style: str | None = None                # which of them (prompts.DEMO_STYLES)
 
+    def __init__(self, settings: AlfworldSettings, llm: "EpisodeLLM | None",
+                 memories: Sequence[RetrievedMemory]) -> None:
+        super().__init__(settings, llm, memories)
+        self.replies: list[str] = []
+
     def act(self, demos: Sequence[str], task_start: str, transcript: Sequence[Step],
             infos: dict) -> str:
         raise NotImplementedError
+
+    def dialogue_head(self, demos: Sequence[str], task_start: str) -> list[chat.Message]:
+        """The episode's messages before its first reply (chat.dialogue_head): what the chat
+        layout sends, and the text layout's equivalent (its instruction, its demonstrations as
+        written, its memory block) for the memory the episode leaves."""
+        return chat.dialogue_head(instruction_for(self.style or "act", self.s.reply_format),
+                                  demos, "", task_start, merge_thoughts=False)
 
 
 class ReactPolicy(AlfworldPolicy):
@@ -56,8 +71,30 @@ class ReactPolicy(AlfworldPolicy):
                  memories: Sequence[RetrievedMemory]) -> None:
         super().__init__(settings, llm, memories)
         self.style = resolve_style(settings.demo_style, llm)  # act-only for embedded models
+        self._block: str | None = None
 
-    def prompt(self, demos: Sequence[str], task_start: str, transcript: Sequence[Step]) -> str:
+    def memory_block(self) -> str:
+        """The memories as `memory_format` shows them (made once an episode)."""
+        if self._block is None:
+            self._block = memory_block(self.memories, self.s.memory_format)
+        return self._block
+
+    def dialogue_head(self, demos: Sequence[str], task_start: str) -> list[chat.Message]:
+        if self.s.layout == "chat":
+            return chat.dialogue_head(chat_instruction(), demos, self.memory_block(), task_start,
+                                      merge_thoughts=True)
+        return chat.dialogue_head(instruction_for(self.style, self.s.reply_format), demos,
+                                  self.memory_block(), task_start, merge_thoughts=False)
+
+    def prompt(self, demos: Sequence[str], task_start: str,
+               transcript: Sequence[Step]) -> str | list[tuple[str, str]]:
+        """The step's prompt: the text layout's plain text, or the chat layout's messages
+        (the head, then the replies so far, each followed by its observation)."""
+        if self.s.layout == "chat":
+            messages = chat.dialogue(self.dialogue_head(demos, task_start),
+                                     self.replies[:len(transcript)],
+                                     [step.observation for step in transcript])
+            return chat.as_chat(messages)
         return build_prompt(demos, self.memories, task_start, transcript,
                             instruction=instruction_for(self.style, self.s.reply_format),
                             memory_format=self.s.memory_format, reply_format=self.s.reply_format)
@@ -74,8 +111,11 @@ class ReactPolicy(AlfworldPolicy):
             infos: dict) -> str:
         reply = self.llm.complete(self.prompt(demos, task_start, transcript), purpose="act",
                                   max_tokens=self.s.max_tokens, stop=self.stop(),
-                                  budget_key="env.max_tokens")
-        return parse_action(reply or "")
+                                  budget_key="env.max_tokens") or ""
+        self.replies.append(reply)
+        if self.s.action_parse == "official":
+            return chat.parse_action_official(reply)
+        return parse_action(reply)
 
 
 class ExpertPolicy(AlfworldPolicy):
@@ -87,7 +127,9 @@ class ExpertPolicy(AlfworldPolicy):
 
     def act(self, demos: Sequence[str], task_start: str, transcript: Sequence[Step],
             infos: dict) -> str:
-        return str(infos["extra.expert_plan"][0])
+        action = str(infos["extra.expert_plan"][0])
+        self.replies.append(action)
+        return action
 
 
 class AlfworldEnv(Env):
@@ -99,8 +141,13 @@ class AlfworldEnv(Env):
     description plus the task sentence), cache_dir (the per-game intent cache), prompts_file
     and demo_index / num_demos (the ReAct demonstrations), demo_style (auto | react | act:
     auto = ReAct's act-only demonstrations for the embedded models, ReAct for the others),
-    memory_format (episode: memories shown as episodes | text: as stored), max_tokens (per
-    action reply).
+    memory_format (episode: memories shown as episodes | text: as stored | official: the
+    official code's display), max_tokens (per action reply), reply_format (line |
+    thought_action), layout (text: one plain prompt | chat: the official code's dialogue,
+    chat.py), action_parse (memrl | official: the text after the last "Action:", an empty
+    reply plays "look", no think steps).
+    Every result carries `memory_trajectory`: the episode's dialogue as JSON (chat.py), in
+    either layout.
     Agents: "react" (an LLM) or "expert" (ALFWorld's handcoded expert, no LLM).
     `show_progress`: a progress bar while intents are computed, only on a terminal (tqdm's
     `disable=None`, as `runner.progress: auto`), so a batch job's log holds no bar redraws.
@@ -241,23 +288,28 @@ class AlfworldEnv(Env):
         won = done = False
         env_steps = 0
         empty_actions = 0  # replies with no parseable action (empty or blank): a wasted step
+        official = self.s.action_parse == "official"
+        call_failed = False  # the episode's last model call raised (no reply to it)
         task_start = ""
+        demos = self._demos.get((policy.style or "", entry.task_type), [])
         game = AlfworldGame(str(entry.game_file), max_env_steps=max_steps, with_expert=policy.expert_plan)
         try:
             obs, infos = game.reset()
             task_start = format_task_start(*split_initial_observation(obs))
             if policy.expert_plan:
                 seed_expert_rng(seed)
-            demos = self._demos.get((policy.style or "", entry.task_type), [])
             while not done and len(transcript) < max_steps:
                 try:
                     action = policy.act(demos, task_start, transcript, infos)
                 except LLMError as exc:
                     errors.append(f"LLMError at step {len(transcript) + 1}: {exc}")
                     outcome = "llm_error"
+                    call_failed = True
                     break
                 empty_actions += not action
-                if is_think(action):
+                if official and not action:  # the official runner plays "look" for no action
+                    action = "look"
+                if not official and is_think(action):
                     observation = "OK."
                 else:
                     observation, won, done, infos = game.step(action)
@@ -293,7 +345,19 @@ class AlfworldEnv(Env):
             },
             outcome=outcome,
             outcome_detail=detail,
+            memory_trajectory=self._memory_trajectory(policy, demos, task_start, transcript, call_failed),
         )
+
+    def _memory_trajectory(self, policy: AlfworldPolicy, demos: Sequence[str], task_start: str,
+                           transcript: Sequence[Step], call_failed: bool) -> str:
+        """The dialogue the official writer is handed: the messages of the last model call
+        plus its reply, so without the final observation (after a failed call: the messages
+        it was sent), as JSON (chat.trajectory_json)."""
+        observations = [step.observation for step in transcript]
+        if not call_failed:
+            observations = observations[:max(len(policy.replies) - 1, 0)]
+        head = policy.dialogue_head(demos, task_start)
+        return chat.trajectory_json(chat.dialogue(head, policy.replies, observations))
 
     def close(self) -> None:
         self.cache.save()

@@ -1,7 +1,8 @@
 """Prompt assembly for ALFWorld: instructions, demonstrations, memories, history.
 
-The prompt is plain text that ends with "\\n>", so any model continues it with one action:
-a base model through text completion, a chat model as the content of a user message.
+The prompt (`env.layout=text`, the default) is plain text that ends with "\\n>", so any model
+continues it with one action: a base model through text completion, a chat model as the
+content of a user message. `env.layout=chat` (chat.py) is the official code's dialogue instead.
 
 Demonstrations come in two styles from ReAct's prompt file (`DEMO_STYLES`): `react`
 (keys `react_<type>_<i>`: actions interleaved with `think:` lines) and `act` (keys
@@ -11,7 +12,8 @@ trajectories it could copy have none) and `react` for every other model.
 
 Memories are shown as episodes (`memrl_envs.memory_block.format_memories_as_episodes`): the
 task line and the `> action` / observation lines exactly as the current history is written,
-so that an earlier attempt at the same game reads as a continuation of the current episode.
+so that an earlier attempt at the same game reads as a continuation of the current episode;
+`memory_format=text` shows each memory as stored, `official` as the official code does (chat.py).
 
 Reply formats (`REPLY_FORMATS`, `env.reply_format`): `line` (the default) asks for one command
 on the line after '>' (the stop sequence "\n" ends it where the provider takes stops);
@@ -32,9 +34,11 @@ from typing import Sequence
 from memrl.records import RetrievedMemory, Step
 from memrl_envs.memory_block import format_memories, format_memories_as_episodes
 
+from .chat import CHAT_FORMAT, format_official_memories
+
 PROMPTS_FILENAME = "react_alfworld_3prompts.json"
 DEMO_STYLES = ("react", "act")
-MEMORY_FORMATS = ("episode", "text")
+MEMORY_FORMATS = ("episode", "text", "official")
 TASK_MARKER = "Your task is to: "
 STOP = ("\n",)  # an action is one line
 REPLY_FORMATS = ("line", "thought_action")
@@ -68,6 +72,12 @@ def instruction_for(style: str, reply_format: str = "line") -> str:
         text = text.replace("After each '>' write exactly one command on a single line; the "
                             "environment replies on the next line.\n", THOUGHT_ACTION + "\n")
     return text
+
+
+def chat_instruction() -> str:
+    """The system message of the chat layout (chat.py): the instructions without `think:` (the
+    two-line answer holds the thought) and the answer form."""
+    return instruction_for("act", "thought_action") + "\n\n" + CHAT_FORMAT
 
 
 def resolve_style(style: str, llm: object) -> str:
@@ -129,6 +139,19 @@ def memory_task_line(intent: str) -> str:
     return intent.strip() if TASK_MARKER in intent else f"{TASK_MARKER}{intent.strip()}"
 
 
+def memory_block(memories: Sequence[RetrievedMemory], memory_format: str = "episode") -> str:
+    """The memories as `memory_format` shows them: `episode` (each memory as an episode, see
+    the module docstring), `text` (each memory's text as stored, the block other envs use) or
+    `official` (the official code's display, chat.format_official_memories); "" for none."""
+    if memory_format not in MEMORY_FORMATS:
+        raise ValueError(f"memory_format: {' | '.join(MEMORY_FORMATS)} (got {memory_format!r})")
+    if memory_format == "episode":
+        return format_memories_as_episodes(memories, memory_task_line)
+    if memory_format == "official":
+        return format_official_memories(memories)
+    return format_memories(memories)
+
+
 def build_prompt(
     demonstrations: Sequence[str],
     memories: Sequence[RetrievedMemory],
@@ -138,8 +161,7 @@ def build_prompt(
     memory_format: str = "episode",
     reply_format: str = "line",
 ) -> str:
-    """The prompt of one step. `memory_format`: `episode` (each memory as an episode, see the
-    module docstring) or `text` (each memory's text as stored, the block other envs use).
+    """The prompt of one step (`layout=text`). `memory_format`: see `memory_block`.
     `reply_format`: `line` ends the prompt with '>' (the command follows it), `thought_action`
     with a reminder of the two-line answer."""
     parts = [instruction]
@@ -150,10 +172,7 @@ def build_prompt(
             else f"Here are {len(demonstrations)} examples of tasks being solved:"
         )
         parts.append(head + "\n\n" + "\n\n".join(demonstrations))
-    if memory_format not in MEMORY_FORMATS:
-        raise ValueError(f"memory_format: {' | '.join(MEMORY_FORMATS)} (got {memory_format!r})")
-    block = (format_memories_as_episodes(memories, memory_task_line) if memory_format == "episode"
-             else format_memories(memories))
+    block = memory_block(memories, memory_format)
     if block:
         parts.append(block)
     episode = [task_start]

@@ -25,7 +25,17 @@ class AlfworldSettings(EnvSettings):
     # auto: act-only demonstrations for the embedded models, ReAct for the others
     demo_style: Literal["auto", "react", "act"] = "auto"
     # episode: memories shown as episodes (task line, `> action` / observation) | text: as stored
-    memory_format: Literal["episode", "text"] = "episode"
+    # | official: the official code's display (successes, then failures; each memory's script
+    # or reflection, then its dialogue from its task on: envs/alfworld/chat.py)
+    memory_format: Literal["episode", "text", "official"] = "episode"
+    # text: one plain-text prompt per step (prompts.py) | chat: the official code's chat layout
+    # (a system message, one worked example as user/assistant turns, the memories as a system
+    # message, the task, then the replies and "Observation: ..." turns: envs/alfworld/chat.py)
+    layout: Literal["text", "chat"] = "text"
+    # memrl: the first line that acts, a thoughts-only reply is a think step (prompts.py) |
+    # official: the text after the last "Action:" (else the whole reply), an empty one plays
+    # "look", and nothing is a think step (envs/alfworld/chat.py)
+    action_parse: Literal["memrl", "official"] = "memrl"
     max_tokens: int = Field(64, ge=1, description="tokens per action reply (a reasoning model gets "
                             "headroom on top: memrl.llm.profile)")
     # line: one command after '>' | thought_action: "Thought: ..." then "Action: ..." (the
@@ -45,6 +55,9 @@ class AlfworldSettings(EnvSettings):
             raise ValueError(
                 f"data_root: no ALFWorld split folder at {split_dir} "
                 "(set ALFWORLD_DATA or env.data_root; `make data-alfworld` downloads the data)")
+        if self.layout == "chat" and self.reply_format != "thought_action":
+            raise ValueError("layout: chat asks for 'Thought: ... / Action: ...' replies (its "
+                             "example turns are written so): set reply_format=thought_action")
         if self.prompts_file is not None and not Path(self.prompts_file).expanduser().is_file():
             raise ValueError(f"prompts_file: {self.prompts_file} does not exist")
         return self
