@@ -129,7 +129,9 @@ def test_bigcodebench_presets_on_gpt4o(provider, tmp_path, preset):
 def test_lifelong_os_presets_on_gpt4o_mini(provider, tmp_path, preset):
     rootfs = lifelong_os_rootfs()
     before = billed(provider)
-    out, run_dir = run(provider, [f"experiment={preset}", "env.max_steps=3", f"llm.api_base={provider.api_base}"],
+    # ../shared/data has the train files only (the official preset merges the val file beside them)
+    out, run_dir = run(provider, [f"experiment={preset}", "env.max_steps=3", "env.val_path=null",
+                                  f"llm.api_base={provider.api_base}"],
                        tmp_path, LIFELONG_DATA=str(LIFELONG), MEMRL_ROOTFS_DIR=str(rootfs.parent))
     check(provider, out, run_dir, before, {"gpt-4o-mini", "text-embedding-3-large"})
 
@@ -144,7 +146,7 @@ def test_lifelong_db_presets_on_gpt4o_mini(provider, tmp_path, preset):
         pytest.skip("no MariaDB server binary (apt-get install -y mariadb-server)")
     with MariaDBServer(tmp_path / "mariadb") as server:
         before = billed(provider)
-        out, run_dir = run(provider, [f"experiment={preset}", "env.max_steps=3", "env.prompt_rows=2",
+        out, run_dir = run(provider, [f"experiment={preset}", "env.max_steps=3", "env.prompt_rows=2", "env.val_path=null",
                                       f"env.server_dir={server.base_dir}", f"llm.api_base={provider.api_base}"],
                            tmp_path, LIFELONG_DATA=str(LIFELONG))
         check(provider, out, run_dir, before, {"gpt-4o-mini", "text-embedding-3-large"})
@@ -153,12 +155,13 @@ def test_lifelong_db_presets_on_gpt4o_mini(provider, tmp_path, preset):
 # -------------------------------------------------------------------------------------- HLE
 @pytest.mark.skipif(not HLE.is_file(), reason=f"no HLE fixture at {HLE}")
 @pytest.mark.parametrize("preset", ["hle_paper", "hle_official"])
-def test_hle_presets_on_gemini_3_pro_with_an_o3_mini_judge(provider, tmp_path, preset):
+def test_hle_presets_on_gemini_3_pro_with_their_judges(provider, tmp_path, preset):
     before = billed(provider)
     out, run_dir = run(provider, [f"experiment={preset}", f"env.data_path={HLE}", "env.modality=text",
                                   f"llm.api_base={provider.gemini_base}",
                                   f"env.judge.api_base={provider.api_base}"], tmp_path)
-    records = check(provider, out, run_dir, before, {"gemini-3-pro-preview", "o3-mini", "text-embedding-3-large"})
+    judge = "o3-mini" if preset == "hle_paper" else "gpt-4o-2024-08-06"  # the official judge
+    records = check(provider, out, run_dir, before, {"gemini-3-pro-preview", judge, "text-embedding-3-large"})
     card = json.loads(RunDir(run_dir).card.read_text())
     llm = card["sessions"][-1]["models"]["llm"]
     # Gemini thinks about 10k tokens a call, billed as output at the configured price

@@ -150,8 +150,9 @@ def lifelong_os_rootfs() -> Path:
 
 def test_llb_os_official(tmp_path):
     rootfs = lifelong_os_rootfs()
+    # ../shared/data has the train file only (the official preset merges the val file beside it)
     out, run_dir = run(["experiment=llb_os_official", "env.max_tasks=2", "env.max_steps=2",
-                        "env.max_tokens=64"], tmp_path, LIFELONG_DATA=str(LIFELONG),
+                        "env.max_tokens=64", "env.val_path=null"], tmp_path, LIFELONG_DATA=str(LIFELONG),
                        MEMRL_ROOTFS_DIR=str(rootfs.parent))
     recs = check_official_run(out, run_dir, "lifelong_os")
     bank = bank_of(run_dir)
@@ -169,7 +170,7 @@ def test_llb_db_official(tmp_path):
     if find_binary("mariadbd", "mysqld") is None:
         pytest.skip("no MariaDB server binary (apt-get install -y mariadb-server)")
     with MariaDBServer(tmp_path / "mariadb") as server:
-        out, run_dir = run(["experiment=llb_db_official", "env.max_tasks=2", "env.max_steps=2",
+        out, run_dir = run(["experiment=llb_db_official", "env.max_tasks=2", "env.max_steps=2", "env.val_path=null",
                             "env.prompt_rows=2", "env.max_tokens=48", "env.observation_max_chars=300",
                             f"env.server_dir={server.base_dir}"], tmp_path, LIFELONG_DATA=str(LIFELONG))
         check_official_run(out, run_dir, "lifelong_db")

@@ -94,3 +94,35 @@ def test_epsilon_returns_its_random_picks_in_rank_order_or_as_drawn() -> None:
     assert sorted(drawn.tolist()) == ordered.tolist()  # the same draw
     assert drawn.tolist() != ordered.tolist()  # in the order drawn (this seed's draw is unsorted)
     assert epsilon_greedy(ranked, 5, 0.0, np.random.default_rng(3), random_order=True).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_the_provider_emulation_answers_the_official_layouts() -> None:
+    """The fault server's replies (memrl.testing.replies) to the official prompts: the ALFWorld
+    chat dialogue gets the room tour as Thought/Action (the expert's actions where recorded),
+    the official writer's script prompt a script, the official judge its four lines."""
+    from memrl.testing import replies
+    from memrl_envs.alfworld import chat
+    from memrl_envs.hle import judge
+
+    assert replies.ALFWORLD_NEW_TASK == chat.NEW_TASK  # the emulation's copy of the marker
+    start = "You are in the middle of a room. Looking quickly around you, you see a desk 1, and a shelf 2.\n" \
+            "Your task is to: put a pen on the shelf."
+    dialogue = [{"role": "system", "content": "Answer with Thought: ... then Action: ..."},
+                {"role": "user", "content": "Here is an example:\nYou are in a room."},
+                {"role": "assistant", "content": "Thought: go.\nAction: go to desk 9"},
+                {"role": "user", "content": chat.NEW_TASK + start}]
+    tour = [replies.reply_for(dialogue + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "o"}] * n)
+            for n in range(5)]
+    assert [t.split("Action: ")[-1] for t in tour] == ["look", "look", "inventory", "go to desk 1", "open desk 1"]
+    assert all(t.startswith("Thought: ") for t in tour)
+    expert = {start: ["go to desk 1", "take pen 1 from desk 1"]}
+    assert replies.reply_for(dialogue, expert=expert).endswith("Action: go to desk 1")
+    from memrl.memory.writer import OFFICIAL_SCRIPT_PROMPT
+    assert replies.reply_for([{"role": "user", "content": OFFICIAL_SCRIPT_PROMPT.format(trajectory="t")}]) \
+        == replies.SCRIPT_REPLY
+    official = judge.build_prompt("2+2?", "Exact Answer: 4", "4", rule="official")
+    lines = replies.reply_for([{"role": "user", "content": official}])
+    verdict = judge.parse_verdict(lines, "official")
+    assert lines.splitlines()[2] == "correct: yes" and verdict.correct and "{" not in lines
+    assert replies.reply_for([{"role": "user", "content": judge.build_prompt("2+2?", "Exact Answer: 5", "4")}]) \
+        .startswith("{")  # memrl's rule asks for JSON

@@ -110,6 +110,8 @@ def test_official_preset_sets_every_official_switch_on_the_paper_preset(preset: 
     paper, expected = OFFICIAL[preset]
     env, llm = PRESETS[paper]
     _, overrides = ENVS[env]
+    if preset.startswith("llb"):  # the official task set needs the val file beside train
+        overrides = [f"env.data_path={LLB_FIXTURE / LLB_TRAIN[env]}"]
     cfg = composed(f"experiment={preset}", *overrides)
     base = composed(f"experiment={paper}", *overrides)
     v = validate(cfg)
@@ -119,6 +121,11 @@ def test_official_preset_sets_every_official_switch_on_the_paper_preset(preset: 
     assert got == expected
     assert m.pool_by_intent and m.phase_a_ties == "oldest" and m.z_clip == 3.0
     assert m.learn_from_errors and m.normalize and m.sim_gate and (m.alpha, m.lam) == (0.3, 0.5)
+    # what a memory holds and how it is shown (issue 23): the official writer, ε's order, the
+    # env's official display
+    assert (m.writer.layout, m.writer.reflection_temperature, m.epsilon_order) == ("official", 0.3, "random")
+    assert (base.memory.writer.layout, base.memory.epsilon_order) == ("memrl", "rank")
+    assert v.env.memory_format == "official" and base.env.memory_format != "official"
     # what the official code does not change stays the paper preset's
     assert (v.env.name, v.llm.name, v.runner.epochs) == (base.env.name, llm, 10)
     assert base.memory.pool_by_intent is False and base.memory.phase_a_ties == "include"
@@ -136,6 +143,26 @@ def test_official_preset_sets_every_official_switch_on_the_paper_preset(preset: 
     assert values
     for prev, line in values:  # an inline comment, or a comment right above the value
         assert "#" in line or prev.strip().startswith("#"), f"{name}.yaml: no source for {line.strip()}"
+
+
+LLB_FIXTURE = ROOT / "tests" / "fixtures" / "lifelong_official"
+LLB_TRAIN = {"lifelong_os": "os_interaction_train.json", "lifelong_db": "db_train.json"}
+
+
+@pytest.mark.parametrize("env", sorted(LLB_TRAIN))
+def test_the_official_lifelong_task_set_is_train_and_val_in_string_order(env: str) -> None:
+    from memrl.config import ConfigError
+
+    preset = "llb_os_official" if env == "lifelong_os" else "llb_db_official"
+    v = validate(composed(f"experiment={preset}", f"env.data_path={LLB_FIXTURE / LLB_TRAIN[env]}"))
+    assert (v.env.val_path, v.env.split, v.env.task_order, v.env.memory_format) == \
+        ("auto", "all", "string", "official")
+    # only a train file (as in ../shared/data): the official preset refuses, naming the val file
+    with pytest.raises(ConfigError) as err:
+        validate(composed(f"experiment={preset}", *ENVS[env][1]))
+    assert LLB_TRAIN[env].replace("train", "val") in str(err.value)
+    paper = validate(composed(f"experiment={preset.replace('official', 'paper')}", *ENVS[env][1]))
+    assert (paper.env.val_path, paper.env.task_order) == (None, "numeric")
 
 
 def test_official_switches_apply_on_top_of_the_demo() -> None:

@@ -9,7 +9,10 @@ enough that each benchmark's episodes run through the project's real parsers.
   Lifelong DB (envs/lifelong/db_prompts.py)            a SELECT on the task's table, then
                                                        "Answer" / "Final Answer: <its output>"
   HLE solver (envs/hle/prompts.py)                     Explanation / Exact Answer / Confidence
-  HLE judge (envs/hle/judge.py)                        a one-line JSON verdict
+  HLE judge (envs/hle/judge.py)                        a one-line JSON verdict, or the four
+                                                       "field: value" lines the official rule asks for
+  ALFWorld chat dialogue (envs/alfworld/chat.py)       the tour as "Thought: ... / Action: ..."
+  official memory writer (layout=official)             a numbered script or a reflection
   anything else                                        "OK."
 
 ALFWorld replies come in two forms: the bare command, or "Thought: ...\\nAction: <command>"
@@ -133,6 +136,12 @@ def alfworld_reply(prompt: str, react_rate: float = 0.0, expert: Mapping[str, li
 
 
 # ------------------------------------------------------------------------------ other benchmarks
+SCRIPT_REPLY = ("1. Find where the object of the task usually is and go there.\n"
+                "2. Take it and check the goal receptacle.\n3. Put it in place and confirm.")
+# the user turn that opens the task in the ALFWorld chat dialogue (envs/alfworld/chat.py
+# NEW_TASK; memrl.testing imports nothing from the envs, so the text is kept here and a test
+# checks the two agree)
+ALFWORLD_NEW_TASK = "Now it is your turn, on a new task.\n"
 PLAN_REPLY = (" Go to the place where the target object usually is.\n2. Take it.\n"
               "3. Bring it to the goal receptacle and put it there.")
 REFLECTION_REPLY = (" The agent toured the room without finding the object; next time it should "
@@ -200,7 +209,8 @@ def hle_reply(whole: str) -> str:
 
 
 def judge_reply(prompt: str) -> str:
-    """HLE judge: compares the response's last stated answer with the reference."""
+    """HLE judge: compares the response's last stated answer with the reference; answers in
+    the form the instructions ask for (a JSON object, or "field: value" lines)."""
     case = prompt.rsplit("\nResponse:\n", 1)[-1]
     response, _, rest = case.partition("\n\nReference answer:\n")
     reference = rest.rsplit("\n\nVerdict:", 1)[0].strip()
@@ -208,10 +218,35 @@ def judge_reply(prompt: str) -> str:
     extracted = answers[-1].strip().strip("*").strip() if answers else None
     conf = _HLE_CONF.findall(response)
     correct = extracted is not None and extracted.lower() == reference.lower()
-    return json.dumps({"extracted_final_answer": extracted,
-                       "reasoning": "The answers match." if correct else "The answers differ.",
-                       "correct": "yes" if correct else "no",
-                       "confidence": int(float(conf[-1])) if conf else 100})
+    verdict = {"extracted_final_answer": extracted,
+               "reasoning": "The answers match." if correct else "The answers differ.",
+               "correct": "yes" if correct else "no",
+               "confidence": int(float(conf[-1])) if conf else 100}
+    if "plain-text lines" in prompt.split("\nQuestion:\n", 1)[0]:  # the official rule's form
+        return "\n".join(f"{k}: {'None' if v is None else v}" for k, v in verdict.items())
+    return json.dumps(verdict)
+
+
+def chat_episode(messages: Sequence[Mapping[str, Any]], marker: str) -> tuple[str, int] | None:
+    """(the text of the user turn that opens the episode, the replies since) of an ALFWorld
+    chat dialogue (envs/alfworld/chat.py: its new-task turn starts with `marker`), or None."""
+    opens = [i for i, m in enumerate(messages)
+             if m.get("role") == "user" and text_of(m.get("content")).startswith(marker)]
+    if not opens:
+        return None
+    start = opens[-1]
+    replies = sum(1 for m in messages[start + 1:] if m.get("role") == "assistant")
+    return text_of(messages[start].get("content"))[len(marker):], replies
+
+
+def alfworld_chat_reply(start: str, step: int, expert: Mapping[str, list[str]] | None = None) -> str:
+    """One reply of the chat dialogue: the expert's or the tour's command as Thought/Action
+    (the dialogue's system prompt asks for that form)."""
+    actions = dict(expert).get(start.strip()) if expert else None
+    if actions is not None and step < len(actions):
+        return thought_action(actions[step])
+    tour = _tour(EPISODE_MARK + "\n" + start)
+    return thought_action(tour[step % len(tour)])
 
 
 def reply_for(messages: Sequence[Mapping[str, Any]], react_rate: float = 0.0,
@@ -222,6 +257,8 @@ def reply_for(messages: Sequence[Mapping[str, Any]], react_rate: float = 0.0,
     tail = last.rstrip()
     if tail.endswith("Plan:\n1.") or "Plan:\n1." in last[-20:]:
         return PLAN_REPLY
+    if tail.endswith("High-level script:"):  # the official writer's script (memrl.memory.writer)
+        return SCRIPT_REPLY
     if tail.endswith("Reflection:"):
         return REFLECTION_REPLY
     if tail.endswith("Verdict:") and "\nReference answer:\n" in last:
@@ -236,6 +273,9 @@ def reply_for(messages: Sequence[Mapping[str, Any]], react_rate: float = 0.0,
         return code_reply(last)
     if EPISODE_MARK in last or tail.endswith(">"):
         return alfworld_reply(last, react_rate, expert, whole[:len(whole) - len(last)])
+    chat = chat_episode(messages, ALFWORLD_NEW_TASK)
+    if chat is not None:
+        return alfworld_chat_reply(*chat, expert)
     return "OK."
 
 
