@@ -153,6 +153,14 @@ class EpisodeResult:
             self.outcome = derive_outcome(self.success, self.errors)
         check_outcome(self.outcome, self.success)
 
+    @property
+    def crashed(self) -> bool:
+        """The env raised instead of returning a result (the runner recorded the crash)."""
+        return self.outcome_detail == CRASH_DETAIL
+
+
+CRASH_DETAIL = "env_crash"  # outcome_detail of an episode whose env raised (memrl.runner)
+
 
 @dataclass
 class EpisodeRecord:

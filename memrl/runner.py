@@ -68,8 +68,8 @@ from memrl.llm.client import LLMClient
 from memrl.memory.base import LearnItem, MemoryModule
 from memrl.memory.entry import BankUpdate
 from memrl.recording import CommitLog, episode_record, mark_written, memory_texts
-from memrl.records import (EpisodeRecord, EpisodeResult, RetrievedMemory, Task, append_jsonl,
-                           iter_jsonl, rewrite_jsonl, write_json_atomic)
+from memrl.records import (CRASH_DETAIL, EpisodeRecord, EpisodeResult, RetrievedMemory, Task,
+                           append_jsonl, iter_jsonl, rewrite_jsonl, write_json_atomic)
 from memrl.result_keys import extent, no_effect
 from memrl.safe_text import safe, safe_str
 from memrl.rundir import RunDir
@@ -298,7 +298,8 @@ class Runner:
             self._trip_on_storage(exc)
             if self.gate.tripwire.tripped is None:  # else the run is stopping: said once, by the gate
                 log.error("episode %s crashed: %s", task.task_id, safe_str(traceback.format_exc()))
-            result = EpisodeResult(success=False, reward=0.0, steps=0,
+            result = EpisodeResult(success=False, reward=0.0, steps=0, outcome="env_error",
+                                   outcome_detail=CRASH_DETAIL,
                                    errors=[f"env crash: {type(exc).__name__}: {exc}"])
         # what the episode brought back (replies, sandbox output, messages) is made safe here,
         # once, before any of it reaches a memory, the journal, the records or the log

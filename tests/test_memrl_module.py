@@ -240,3 +240,26 @@ def test_closing_a_banked_module_releases_its_bank_files(tmp_path, frozen):
     assert _open_under(bank)
     mem.close()
     assert _open_under(bank) == []
+
+
+def test_a_crashed_episode_is_dropped_when_crashes_teach_nothing(tmp_path):
+    """The official Lifelong runner drops a sample whose code raised (no update, no memory);
+    a failed model call still teaches under learn_from_errors."""
+    from memrl.records import CRASH_DETAIL
+
+    def crash(task, injected):
+        res = EpisodeResult(success=False, reward=0.0, steps=0, errors=["env crash: KeyError: 'x'"],
+                            outcome="env_error", outcome_detail=CRASH_DETAIL)
+        return LearnItem(task=task, result=res, injected=list(injected), epoch=2,
+                         digest={"experience": "crash", "kind": "reflection"}, errored=True)
+
+    for learns, expect_visits in ((True, 2), (False, 1)):
+        mem = make(tmp_path / str(learns), delta=0.0, alpha=0.5, learn_from_errors=True,
+                   learn_from_crashes=learns)
+        mem.learn([item(T1, True)])
+        got = mem.retrieve(T2)
+        assert crash(T3, got).result.crashed and not item(T2, False).result.crashed
+        mem.learn([item(T2, False, injected=got, epoch=2, errored=True), crash(T3, got)])
+        snap = {e["id"]: e for e in mem.snapshot()}
+        assert snap["e001:a/1"]["visits"] == expect_visits  # the LLM error counts; the crash only if it teaches
+        assert "e002:b/2" in snap and ("e002:c/3" in snap) == learns

@@ -148,15 +148,18 @@ class EntryMemory(MemoryModule):
     s: Any         # the module's settings (with `learn_from_errors`)
     embedder: Any
 
-    def skips(self, errored: bool) -> bool:
-        """True for an errored episode the module must not learn from."""
+    def skips(self, errored: bool, crashed: bool = False) -> bool:
+        """True for an errored episode the module must not learn from; a crashed one (the env
+        raised) also when the settings say `learn_from_crashes: false`."""
+        if crashed and not getattr(self.s, "learn_from_crashes", True):
+            return True
         return errored and not self.s.learn_from_errors
 
     def new_entries(self, items: list[LearnItem]) -> list[MemoryEntry]:
         out: list[MemoryEntry] = []
         order = self._next_order()
         for it in items:
-            if self.skips(it.errored):
+            if self.skips(it.errored, it.result.crashed):
                 continue
             if it.digest is not None and "experience" in it.digest and it.digest["experience"] is None:
                 continue  # the writer gave no memory (memrl.memory.writer, layout=official)

@@ -66,6 +66,9 @@ class MemRLSettings(BaseModel):
     # raw: the trajectory as it is, no model call (RAG-style memories; the `memrl_rag` variant)
     write_mode: Literal["llm", "raw"] = "llm"
     learn_from_errors: bool = False  # an episode whose model call failed teaches nothing
+    # with learn_from_errors: an episode whose env raised teaches too (false: it is dropped,
+    # no update and no memory, as the official Lifelong runner drops a sample that raised)
+    learn_from_crashes: bool = True
     # --- official-code switches (defaults = paper) -----------------------------------------
     q_init_by_outcome: bool = False  # HLE official code: Q_init = 1 on success, 0 on failure
     sim_stats: tuple[float, float] | None = None  # fixed (mean, std) for z(sim) instead of pool
@@ -158,7 +161,7 @@ class MemRLMemory(BankedMemory):
                llm: "EpisodeLLM | None") -> dict[str, Any] | None:
         if not self.s.write_memories:
             return None
-        if self.skips(bool(result.errors)):
+        if self.skips(bool(result.errors), result.crashed):
             return None  # `plan` skips an errored episode: spend no writer call on it
         return self.writer.write(task.intent, result, llm if self.s.write_mode == "llm" else None)
 
@@ -176,7 +179,7 @@ class MemRLMemory(BankedMemory):
         q = {mid: e.q for mid, e in current.items()}
         visits = {mid: e.visits for mid, e in current.items()}
         for it in items:
-            if self.skips(it.errored):
+            if self.skips(it.errored, it.result.crashed):
                 continue
             r = self.reward(it.result.success)
             for m in it.injected:
