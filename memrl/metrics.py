@@ -41,6 +41,7 @@ import numpy as np
 
 from memrl.records import EpisodeRecord, read_episodes, write_json_atomic
 from memrl.rundir import RunDir
+from memrl.utility_readings import utility_readings
 
 ZeroFail = Literal["zero", "skip"]
 ZERO_FAIL_READINGS: tuple[str, ...] = ("zero", "skip")
@@ -287,6 +288,7 @@ def compute_metrics(records: Sequence[EpisodeRecord], allow_missing: bool = Fals
         "outcome_details": outcome_counts(records, "outcome_detail"),
         "retrieval": retrieval_by_epoch(records),
         "staleness": staleness_stats(records),
+        "utility": utility_readings(records),
     }
 
 

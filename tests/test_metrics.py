@@ -101,7 +101,7 @@ def test_compute_metrics_keys_and_values() -> None:
         "sr", "last", "csr", "csr_curve", "forgetting", "forgetting_mean", "n_tasks", "epochs",
         "n_episodes", "errored_episodes", "tokens", "llm_calls", "missing_cells", "outcomes",
         "outcome_details", "forgetting_zero_fail", "forgetting_zero_fail_epochs",
-        "forgetting_mean_by_reading", "retrieval", "staleness",
+        "forgetting_mean_by_reading", "retrieval", "staleness", "utility",
     }
     assert m["staleness"] is None  # these records carry none
     assert m["sr"] == pytest.approx([1 / 3, 2 / 3, 2 / 3])

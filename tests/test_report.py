@@ -439,3 +439,21 @@ def test_logger_config_group_composes(monkeypatch):
     s = parse_settings(cfg.logger)
     assert (s.name, s.wandb.mode, s.wandb.project, s.wandb.api_key_env) == ("wandb", "online", "memrl", "WANDB_API_KEY")
     assert parse_settings(none.logger).name == "none"
+
+
+def test_readings_give_the_utility_correlation_and_the_share_from_successes(tmp_path: Path):
+    run = write_run(tmp_path / "runs" / "r", memory="memrl", seed=0, S=[[1, 0, 1], [1, 0, 1], [1, 0, 0]],
+                    tasks=["t0", "t1", "t2"])
+    rows = [json.loads(x) for x in RunDir(run).episodes.read_text().splitlines()]
+    q = {"t0": 0.4, "t1": -0.4, "t2": 0.1}  # each task gets its own epoch-1 memory back
+    for r in rows:
+        if r["epoch"] == 1:
+            r["written"] = f"m-{r['task_id']}"
+        else:
+            r["injected"] = [{"id": f"m-{r['task_id']}", "q": q[r["task_id"]] * (r["epoch"] - 1), "sim": 1.0}]
+    RunDir(run).episodes.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = R.build_report([tmp_path / "runs"], tmp_path / "out", n_boot=50, warn=lambda m: None)["readings.md"].read_text()
+    # memories: t0 (Q 0.8 at its last injection, 2/2 successes), t1 (-0.8, 0/2), t2 (0.2, 1/2)
+    assert "| alfworld | memrl | 3 | 6 | 0.990 [" in md and "| 1.000 [" in md  # Pearson, Spearman
+    # epoch 2 and 3: the memories of t0 and t2 were written by successes, t1's by a failure
+    assert "| alfworld | memrl | 2 | 2 | 1 | 0 | 0.667 |" in md

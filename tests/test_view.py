@@ -98,6 +98,16 @@ def test_page_of_a_run_without_bank_log_says_so(tmp_path):
     html = path.read_text()
     assert "predates bank_updates.jsonl" in html and 'id="grid-0"' in html
     assert 'id="q-distribution-plot"' not in html and "no bank Q recorded" in html
+    # the summary's Figure-7 reading: the run's Pearson r of Q with the injected episodes' success
+    from memrl.utility_readings import q_success
+    from memrl.view.data import RunView
+
+    qs = q_success(RunView.load(rd.root).records)
+    assert "Q–success r" in html
+    if qs["pearson"] is not None:
+        assert f"{qs['pearson']:.3f}" in html and f"({qs['memories']} memories)" in html
+    else:
+        assert f"– ({qs['memories']} memories)" in html
     assert memrl_main(["view", str(tmp_path / "nothing-here")]) == 2
 
 

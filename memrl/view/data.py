@@ -22,6 +22,7 @@ from memrl.metrics import (calibration, csr_curve, forgetting_curve, mean_inject
 from memrl.records import EpisodeRecord, read_episodes
 from memrl.runcard import identity, identity_label
 from memrl.rundir import RunDir
+from memrl.utility_readings import q_success
 
 
 @dataclass
@@ -178,4 +179,4 @@ class RunView:
                 "last": c["sr"][-1] if c["sr"] else math.nan,
                 "csr": c["csr"][-1] if c["csr"] else math.nan,
                 "spend": sum(float(r.cost_usd or 0.0) for r in self.records),
-                "bank_log": self.has_log}
+                "bank_log": self.has_log, "q_success": q_success(self.records)}
