@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from memrl.memory.writer import REFLECTION_HEAD
 from memrl.records import RetrievedMemory
 
 MEMORY_OPEN = "=== Past experiences (from memory; use them only where they fit this task) ==="
@@ -37,8 +38,8 @@ def own_task(mem: RetrievedMemory) -> str:
     first (memrl's layout: up to the `Outcome:` line; the official layout: up to the first
     blank line). A memory without that header: the key's text."""
     text = mem.experience.lstrip()
-    if text.startswith("TASK REFLECTION:\n"):
-        text = text[len("TASK REFLECTION:\n"):]
+    if text.startswith(REFLECTION_HEAD):
+        text = text[len(REFLECTION_HEAD):]
     if not text.startswith("Task: "):
         return mem.intent
     body = text[len("Task: "):]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
+from memrl.memory.writer import FAILED_MARK, SCRIPT_MARK, TRAJECTORY_MARK, WRONG_MARK
 from memrl.records import RetrievedMemory
 
 Message = dict[str, str]  # {"role": ..., "content": ...}, as the official code's list holds
@@ -46,10 +47,10 @@ MEMORY_INTRO = ("Besides the example, here are memories of your own earlier atte
 SUCCESS_HEADING = "--- Attempts that succeeded (worth following) ---"
 FAILURE_HEADING = "--- Attempts that failed (learn from their mistakes) ---"
 # the official stored layout's markers (memrl.memory.writer OFFICIAL_SUCCESS / OFFICIAL_FAILURE)
-_TRAJECTORY_MARK = "\n\nTRAJECTORY:\n"
-_FAILED_MARK = "\n\nFailed approach:\n"
-_SCRIPT_MARK = "SCRIPT:"
-_REFLECTION_MARK = "What went wrong:"
+_TRAJECTORY_MARK = TRAJECTORY_MARK
+_FAILED_MARK = FAILED_MARK
+_SCRIPT_MARK = SCRIPT_MARK.strip()  # "SCRIPT:"
+_REFLECTION_MARK = WRONG_MARK.strip()  # "What went wrong:"
 
 
 def _msg(role: str, content: str) -> Message:

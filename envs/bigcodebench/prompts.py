@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Literal, Sequence
 
+from memrl.memory.writer import SCRIPT_MARK, WRONG_MARK
 from memrl.records import RetrievedMemory
 from memrl_envs.memory_block import format_memories as _memory_block
 
@@ -42,7 +43,7 @@ OUTCOME_WORDS = {True: "SUCCESS", False: "FAILURE", None: "UNKNOWN"}
 # where the task text of a stored memory ends: the marker after it in the official success
 # or failure layout (memrl.memory.writer OFFICIAL_*), else the first of memrl's own layout's
 # next line and a blank line
-_OFFICIAL_TASK_ENDS = ("\n\nSCRIPT:\n", "\n\nWhat went wrong:\n")
+_OFFICIAL_TASK_ENDS = (SCRIPT_MARK, WRONG_MARK)
 _OTHER_TASK_ENDS = ("\nOutcome: ", "\n\n")
 _TASK_LINE = re.compile(r"^Task:[ \t]*", re.M)
 # the official failure body: the text after a line that starts with "Reflection:", else all

@@ -90,9 +90,15 @@ assumptions, the steps to change, and what to avoid next time.
 
 Reflection:"""
 
-OFFICIAL_SUCCESS = "Task: {intent}\n\nSCRIPT:\n{script}\n\nTRAJECTORY:\n{trajectory}"
-OFFICIAL_FAILURE = ("TASK REFLECTION:\nTask: {intent}\n\nWhat went wrong:\n{reflection}\n\n"
-                    "Failed approach:\n{trajectory}\n")
+# the official stored layout's section markers, which the official displays split on
+# (memrl_envs: memory_block, alfworld.chat, bigcodebench.prompts, lifelong.memory_context)
+REFLECTION_HEAD = "TASK REFLECTION:\n"
+SCRIPT_MARK = "\n\nSCRIPT:\n"
+TRAJECTORY_MARK = "\n\nTRAJECTORY:\n"
+WRONG_MARK = "\n\nWhat went wrong:\n"
+FAILED_MARK = "\n\nFailed approach:\n"
+OFFICIAL_SUCCESS = "Task: {intent}" + SCRIPT_MARK + "{script}" + TRAJECTORY_MARK + "{trajectory}"
+OFFICIAL_FAILURE = REFLECTION_HEAD + "Task: {intent}" + WRONG_MARK + "{reflection}" + FAILED_MARK + "{trajectory}\n"
 OFFICIAL_NO_REFLECTION = "Reflection not available (the model call failed)."
 LAYOUTS = ("memrl", "official")
 
