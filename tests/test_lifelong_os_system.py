@@ -306,12 +306,18 @@ def test_fork_bomb_is_capped_and_the_shell_survives_it(rootfs, pristine):
     if "pids" not in cgroup_support().enforced:
         pytest.skip(f"no writable pids cgroup here: {cgroup_support().missing.get('pids')}")
     with OverlayShell(rootfs, pids_max=48) as sh:
-        r = sh.run(":(){ :|:& };:", 5)  # the classic: it returns at once, the bomb goes on
-        assert not r.timed_out
+        # the classic: it returns at once and the bomb goes on, or (bash retries a fork that
+        # fails, with a back-off: on a loaded machine the foreground call can still be
+        # retrying at the time limit, as in one CI run) it is stopped at its limit; either
+        # way it ends, and its forks met the cap
+        r = sh.run(":(){ :|:& };:", 5)
+        assert r.seconds < 5 + 10
         time.sleep(1)
         cgroup = next(Path("/sys/fs/cgroup/pids").glob("memrl-os-*/cmd"), None) or next(
             Path("/sys/fs/cgroup").glob("**/memrl-os-*/cmd"))
-        assert int((cgroup / "pids.current").read_text()) <= 48
+        pids = int((cgroup / "pids.current").read_text())
+        assert pids <= 48
+        assert pids >= 40 or "Resource temporarily unavailable" in r.output  # the cap was reached
         r = sh.run("echo still answering", 5)  # the shell's side has its own room
         assert r.output == "still answering\n"
     start = time.monotonic()
