@@ -28,6 +28,7 @@ The run directory is `hydra.run.dir=...` if given, else `runs/teach/<env>/<overr
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +105,86 @@ def teach(overrides: Sequence[str], run_dir: str | Path) -> TeacherBank:
     rows = list(iter_jsonl(RunDir(run_dir).episodes))
     return TeacherBank(run_dir=run_dir, episodes=len(rows), solved=sum(bool(r["success"]) for r in rows),
                        metrics=metrics)
+
+
+ATTEMPT, EXPERT = "attempt", "expert"  # the two passes of a history bank (their id labels)
+BANK_ORDERS = ("history", "shuffled")
+
+
+@dataclass
+class HistoryBank:
+    """A teacher bank with two memories per task: a failed attempt and the oracle's episode."""
+
+    bank_dir: Path
+    attempt: TeacherBank
+    expert: TeacherBank
+    order: str
+    attempt_first: list[str]  # task ids whose failed attempt is the older memory
+
+    def describe(self) -> str:
+        return (f"history bank: {self.bank_dir} ({self.attempt.episodes} attempts stopped early, "
+                f"{self.attempt.solved} of them solved; {self.expert.episodes} oracle episodes, "
+                f"{self.expert.solved} solved; the attempt is the older memory of "
+                f"{len(self.attempt_first)} tasks, order {self.order})")
+
+
+def history_bank(overrides: Sequence[str], out: str | Path, *, attempt_steps: int,
+                 expert_steps: int, order: str = "history", seed: int = 0) -> HistoryBank:
+    """A bank as an agent's own history holds it: every task first failed, then solved.
+
+    The oracle plays every task twice (`memrl.teach`): stopped after `attempt_steps` steps
+    (`<out>/attempt`: a real, failed attempt, the oracle's first steps), then with
+    `expert_steps` (`<out>/expert`). The two banks are merged into `<out>/bank`, ids labelled
+    `attempt:` / `expert:`. Both memories of a task share its intent, so similarity ties them;
+    `order` says which is older (ties go to the older: `ChromaBank.neighbours`): `history`,
+    the attempt (an agent fails a task before it solves it); `shuffled`, a coin per task drawn
+    from `seed`. Idempotent: an existing merged bank is reused when its recorded order and
+    seed match, and refused otherwise.
+    """
+    from memrl.memory.bank import BankSettings
+    from memrl.memory.bankio import (BankSourceError, META_FILE, create_bank, merge_entries,
+                                     read_entries, resolve)
+    from memrl.seeding import derive_seed
+
+    if order not in BANK_ORDERS:
+        raise ConfigError(f"history bank order: one of {list(BANK_ORDERS)} (got {order!r})")
+    if attempt_steps >= expert_steps:
+        raise ConfigError(f"history bank: the attempt's step cap ({attempt_steps}) must be below "
+                          f"the oracle's ({expert_steps})")
+    out = Path(out)
+    attempt = teach(list(overrides) + [f"env.max_steps={attempt_steps}"], out / ATTEMPT)
+    expert = teach(list(overrides) + [f"env.max_steps={expert_steps}"], out / EXPERT)
+    bank_dir = out / "bank"
+    recipe = {"order": order, "seed": seed, "attempt_steps": attempt_steps, "expert_steps": expert_steps}
+    if (bank_dir / META_FILE).exists():
+        meta = json.loads((bank_dir / META_FILE).read_text())
+        if meta.get("history_bank") != recipe:
+            raise ConfigError(f"{bank_dir}: a history bank made with {meta.get('history_bank')}, not "
+                              f"{recipe}; remove it or choose another --out")
+        first = list(meta.get("attempt_first") or [])
+        return HistoryBank(bank_dir, attempt, expert, order, first)
+    sources = {label: resolve(str(run.run_dir)) for label, run in ((ATTEMPT, attempt), (EXPERT, expert))}
+    merged = merge_entries([(label, read_entries(src)) for label, src in sources.items()])
+    by_task: dict[str, dict[str, Any]] = {}
+    for e in merged:
+        by_task.setdefault(e.task_id, {})[e.memory_id.split(":", 1)[0]] = e
+    first: list[str] = []
+    for task_id in sorted(by_task):
+        pair = by_task[task_id]
+        if set(pair) != {ATTEMPT, EXPERT}:
+            raise BankSourceError(f"history bank: task {task_id!r} has memories {sorted(pair)}, "
+                                  f"not one {ATTEMPT} and one {EXPERT}")
+        a, x = pair[ATTEMPT], pair[EXPERT]
+        attempt_older = order == "history" or derive_seed(seed, "history-bank", task_id) % 2 == 0
+        if attempt_older != (a.order < x.order):
+            a.order, x.order = x.order, a.order
+        if attempt_older:
+            first.append(task_id)
+    create_bank(bank_dir, merged, BankSettings(),
+                {"merged_from": {k: v.describe() for k, v in sources.items()},
+                 "embedder": sources[EXPERT].embedder, "memory": sources[EXPERT].memory,
+                 "history_bank": recipe, "attempt_first": first})
+    return HistoryBank(bank_dir, attempt, expert, order, first)
 
 
 def default_run_dir(overrides: Sequence[str]) -> Path:

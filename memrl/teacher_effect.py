@@ -49,13 +49,24 @@ def teacher_episodes(teacher_run: str | Path) -> dict[str, TeacherEpisode]:
     return out
 
 
-def teacher_memory_task(memory_id: str) -> str | None:
-    """The task id of a seeded teacher memory (`init:e<epoch>:<task id>`), else None."""
+def teacher_memory(memory_id: str) -> tuple[str, str] | None:
+    """(label, task id) of a seeded teacher memory: `init:e<epoch>:<task id>` (label "") or,
+    from a merged bank (`memrl.teach.history_bank`), `init:<label>:e<epoch>:<task id>`; else None."""
     if not memory_id.startswith(SEED_PREFIX):
         return None
     rest = memory_id[len(SEED_PREFIX):]
-    head, sep, task = rest.partition(":")
-    return task if sep and head.startswith("e") and head[1:].isdigit() else None
+    for label in ("", rest.partition(":")[0]):
+        tail = rest[len(label) + 1:] if label else rest
+        head, sep, task = tail.partition(":")
+        if sep and head.startswith("e") and head[1:].isdigit():
+            return label, task
+    return None
+
+
+def teacher_memory_task(memory_id: str) -> str | None:
+    """The task id of a seeded teacher memory (see `teacher_memory`), else None."""
+    found = teacher_memory(memory_id)
+    return found[1] if found else None
 
 
 @dataclass
@@ -92,8 +103,9 @@ class CopyReport:
 
 
 def copy_accuracy(student_run: str | Path, teacher: dict[str, TeacherEpisode],
-                  epochs: Iterable[int] | None = None) -> dict[int, CopyReport]:
-    """Copy accuracy per epoch of one student run (see module docstring)."""
+                  epochs: Iterable[int] | None = None, label: str | None = None) -> dict[int, CopyReport]:
+    """Copy accuracy per epoch of one student run (see module docstring). `label`: only a
+    teacher memory of that label (a merged bank's `expert`) counts as given (None: any)."""
     wanted = set(epochs) if epochs is not None else None
     out: dict[int, CopyReport] = {}
     for r in iter_jsonl(RunDir(student_run).episodes):
@@ -103,7 +115,8 @@ def copy_accuracy(student_run: str | Path, teacher: dict[str, TeacherEpisode],
         t = teacher.get(r["task_id"])
         if t is None:
             continue
-        given = any(teacher_memory_task(m.get("id", "")) == r["task_id"] for m in r.get("injected") or [])
+        given = any((found := teacher_memory(m.get("id", ""))) is not None and found[1] == r["task_id"]
+                    and (label is None or found[0] == label) for m in r.get("injected") or [])
         rep = out.setdefault(epoch, CopyReport())
         (rep.with_teacher if given else rep.without).add(
             [_norm(s["action"]) for s in r.get("transcript") or []], t, bool(r["success"]))
@@ -120,6 +133,7 @@ class TeacherMemoryQ:
     visits: int
     used_solved: int  # student episodes it was injected into that were solved
     used_failed: int
+    label: str = ""  # a merged bank's part (`attempt` / `expert`), "" for a plain teacher bank
 
     @property
     def movement(self) -> str:
@@ -146,7 +160,8 @@ def teacher_q(student_run: str | Path) -> list[TeacherMemoryQ]:
     for e in entries:
         q0 = float((e.extra or {}).get("seeded_q", 0.0))
         s, f = used.get(e.memory_id, [0, 0])
+        found = teacher_memory(e.memory_id)
         out.append(TeacherMemoryQ(e.memory_id, e.task_id, bool(e.success), q0, float(e.q),
-                                  int(e.visits), s, f))
+                                  int(e.visits), s, f, found[0] if found else ""))
     out.sort(key=lambda m: (-m.q, m.memory_id))
     return out

@@ -1,20 +1,32 @@
-"""The pre-registered experiment of the README ("Utility against similarity"): on the demo's
-games, MemRL and RAG both writing every episode (failures included) on top of the teacher
-bank, 6 epochs; the only difference is Phase B. Prints and writes the result.
+"""The pre-registered experiments of the README ("Utility against similarity"): on the demo's
+games, MemRL and RAG both writing every episode (failures included) on top of a teacher
+bank; the only difference is Phase B. Prints and writes the result (`<out>/result.json`).
 
-    python scripts/utility_vs_similarity.py [--out runs/utility_vs_similarity] [--epochs 6]
+    python scripts/utility_vs_similarity.py --design teacher  [--out DIR] [--epochs 6]
+    python scripts/utility_vs_similarity.py --design history [--order history|shuffled]
+    python scripts/utility_vs_similarity.py --design teacher --remedies   # item 2's switches
 
-H1 (mechanism): injections, in epochs 2 on, of a memory that was already injected into a
-failed episode in an earlier batch. H2 (outcome): exact McNemar over games at the final
-epoch, with the paired bootstrap interval of Δ; across epochs, the exact sign test on the
-number of epochs each game was solved. With the Figure-7 readings (memrl.utility_readings).
+Designs (the teacher bank):
+- `teacher`: the first design, the expert's episodes (`memrl.teach`), one memory per game.
+- `history`: the second design, each game failed (the expert stopped after 3 steps) and then
+  solved by the expert, merged with the attempt first (`--order history`) or a seeded coin
+  per game (`--order shuffled`) (`memrl.teach.history_bank`).
+
+`--remedies` adds one MemRL run per remedy of "learning in the wrong direction" (the
+project's and the official code's own switches, `REMEDIES`); RAG has no Q, so none of them
+changes it, and its run is shared.
+
+Readings (memrl.utility_experiment): H1, injections of a memory already injected into a
+failure; H2, the final epoch paired over games (exact McNemar, paired bootstrap Δ) and the
+CSR-style reading across epochs with the sign test; the injections of the student's own
+failure memories per epoch; why a teacher memory lost to a failure memory (`teacher_losses`);
+the Figure-7 readings (memrl.utility_readings).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -28,81 +40,79 @@ ARMS = {  # the README's design: the same bank, writes and gate; only Phase B di
               "memory.sim_gate=false"],
     "none": ["memory=none"],
 }
+REMEDIES = {  # item 2: each a named switch that exists in MemRL's settings
+    # the project's: a failed attempt starts at the failure reward, below any teacher memory
+    "q_init_failed": ["memory.q_init_failed=-1"],
+    # the official Lifelong code: Q_init 0.5, r_fail 0, floor 0
+    "official_llb": ["memory.q_init=0.5", "memory.reward_failure=0", "memory.q_floor=0"],
+    # the official HLE code: Q_init 1 after a success, 0 after a failure
+    "by_outcome": ["memory.q_init_by_outcome=true"],
+}
+ATTEMPT_STEPS = 3  # the history design's failed attempt: the expert stopped after 3 steps
+EXPERT_STEPS = 50  # the expert's own cap (memrl.demo.TEACHER_STEPS)
 
 
-def reinjected_after_failure(records) -> dict[str, int]:
-    """Injections (epochs >= 2) of memories already injected into a failure in an earlier
-    batch, and all injections of epochs >= 2."""
-    failed: set[str] = set()
-    again = total = 0
-    by_batch: dict[tuple[int, int], list] = {}
-    for r in records:
-        by_batch.setdefault((int(r.epoch), int(r.batch)), []).append(r)
-    for key in sorted(by_batch):
-        batch = by_batch[key]
-        for r in batch:
-            if r.epoch >= 2:
-                ids = [str(m["id"]) for m in r.injected]
-                total += len(ids)
-                again += sum(1 for i in ids if i in failed)
-        for r in batch:  # known to later batches only (a batch retrieves before its updates)
-            if not r.success:
-                failed.update(str(m["id"]) for m in r.injected)
-    return {"reinjected_after_failure": again, "injections_epoch2_on": total}
+def make_teacher(design: str, order: str, out: Path, overrides: list[str]) -> Path:
+    from memrl.demo import BASE
+    from memrl.teach import history_bank, teach
 
-
-def sign_test(plus: int, minus: int) -> float:
-    n = plus + minus
-    if n == 0:
-        return 1.0
-    k = min(plus, minus)
-    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+    if design == "teacher":
+        return teach(BASE + overrides + [f"env.max_steps={EXPERT_STEPS}"], out / "teacher").run_dir.resolve()
+    bank = history_bank(BASE + overrides, out / "teacher", attempt_steps=ATTEMPT_STEPS,
+                        expert_steps=EXPERT_STEPS, order=order)
+    print(f"[utility] {bank.describe()}", flush=True)
+    return bank.bank_dir.resolve()
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memrl.demo import BASE, comparisons, power, _groups
+    from memrl.demo import BASE
     from memrl.metrics import load_run, success_matrix
     from memrl.run import execute
-    from memrl.teach import compose, teach
+    from memrl.teach import compose
+    from memrl.utility_experiment import (own_failure_injections, paired_runs, reinjected_after_failure,
+                                          teacher_losses)
     from memrl.utility_readings import utility_readings
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "runs" / "utility_vs_similarity")
+    ap.add_argument("--design", choices=("teacher", "history"), default="teacher")
+    ap.add_argument("--order", choices=("history", "shuffled"), default="history")
+    ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--remedies", action="store_true", help="one more MemRL run per remedy")
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args(argv)
+    out = a.out or ROOT / "runs" / f"utility_vs_similarity_{a.design}" \
+        f"{'_' + a.order if a.design == 'history' else ''}"
     t0 = time.monotonic()
-    bank = teach(BASE + a.overrides + ["env.max_steps=50"], a.out / "teacher")
+    teacher = make_teacher(a.design, a.order, out, a.overrides)
+    arms = {k: list(v) for k, v in ARMS.items()}
+    if a.remedies:
+        arms.update({f"memrl_{name}": ARMS["memrl"] + extra for name, extra in REMEDIES.items()})
     dirs = {}
-    for name, arm in ARMS.items():
-        overrides = BASE + [o.format(teacher=bank.run_dir.resolve()) for o in arm] + \
-            [f"runner.epochs={a.epochs if name != 'none' else 1}"] + a.overrides
-        dirs[name] = a.out / name
+    for name, arm in arms.items():
+        overrides = BASE + [o.format(teacher=teacher) for o in arm] + \
+            [f"runner.epochs={a.epochs}"] + a.overrides
+        dirs[name] = out / name
         print(f"[utility] {name}: {' '.join(overrides)}", flush=True)
         execute(compose(overrides), dirs[name])
-    groups = _groups({k: v for k, v in dirs.items() if k != "none"})
-    reference = next(g for g in groups if g.startswith("memrl"))  # memrl_rag: MemRL on raw trajectories
-    final = comparisons(groups, reference=reference)
     recs = {k: load_run(v) for k, v in dirs.items()}
-    mats = {k: success_matrix(recs[k])[2] for k in ("memrl", "rag")}
-    per_game = {k: m.sum(axis=0) for k, m in mats.items()}
-    plus = int((per_game["memrl"] > per_game["rag"]).sum())
-    minus = int((per_game["memrl"] < per_game["rag"]).sum())
-    out = {
-        "epochs": a.epochs, "games": int(mats["memrl"].shape[1]),
-        "sr": {k: [float(x) for x in m.mean(axis=1)] for k, m in mats.items()},
-        "sr_none": float(success_matrix(recs["none"])[2].mean()),
-        "final": final,
-        "across_epochs": {"memrl_more": plus, "rag_more": minus, "sign_test_p": sign_test(plus, minus)},
-        "h1": {k: reinjected_after_failure(recs[k]) for k in ("memrl", "rag")},
-        "utility": {k: utility_readings(recs[k]) for k in ("memrl", "rag")},
+    res = {
+        "design": a.design, "order": a.order if a.design == "history" else None, "epochs": a.epochs,
+        "arms": {k: arms[k] for k in dirs},
+        "sr": {k: [float(x) for x in success_matrix(recs[k])[2].mean(axis=1)] for k in dirs},
+        "paired": {f"{m} vs {o}": paired_runs(dirs[m], dirs[o]) for m in dirs if m.startswith("memrl")
+                   for o in ("rag", "none")},
+        "paired_rag_none": paired_runs(dirs["rag"], dirs["none"]),
+        "h1": {k: reinjected_after_failure(recs[k]) for k in dirs if k != "none"},
+        "own_failure_injections": {k: own_failure_injections(recs[k]) for k in dirs if k != "none"},
+        "teacher_losses": {k: {x: y for x, y in teacher_losses(dirs[k]).items() if x != "rows"}
+                           for k in dirs if k.startswith("memrl")},
+        "utility": {k: utility_readings(recs[k]) for k in dirs if k != "none"},
         "wall_s": round(time.monotonic() - t0, 1),
     }
-    for row in final:
-        d = row["ref_only"] + row["method_only"]
-        row["power_at_observed_discordance"] = power(d, row["ref_only"] / d) if d else None
-    (a.out / "result.json").write_text(json.dumps(out, indent=2, default=float))
-    print(json.dumps(out, indent=2, default=float))
+    (out / "result.json").write_text(json.dumps(res, indent=2, default=float))
+    print(json.dumps({k: v for k, v in res.items() if k not in ("utility", "own_failure_injections")},
+                     indent=1, default=float))
     return 0
 
 

@@ -13,7 +13,8 @@ from tiny_env import INTENTS, TinyEnv, reply
 
 from memrl.cli.bank import main as bank_main
 from memrl.banklog import BankHistory
-from memrl.cli.bank import merge_entries, q_per_epoch, top_entries
+from memrl.cli.bank import q_per_epoch, top_entries
+from memrl.memory.bankio import merge_entries
 from memrl.embed import HashingEmbedder
 from memrl.llm.client import LLMClient
 from memrl.llm.scripted import ScriptedBackend

@@ -43,8 +43,8 @@ import numpy as np
 from memrl.banklog import BankHistory
 from memrl.memory.bank import BankSettings, ChromaBank
 from memrl.memory.bankio import (BankSource, BankSourceError, check_dims, check_unique_ids,
-                                 fingerprint, read_entries, renamed, resolve, write_entries,
-                                 write_jsonl, write_meta)
+                                 create_bank, fingerprint, hnsw_meta, merge_entries, read_entries,
+                                 resolve, write_jsonl)
 from memrl.memory.entry import MemoryEntry
 from memrl.records import iter_jsonl
 from memrl.rundir import RunDir
@@ -66,29 +66,6 @@ def _hnsw(src: BankSource | None, args: argparse.Namespace) -> BankSettings:
               if getattr(args, k, None) is not None}
     return BankSettings(collection=getattr(args, "collection_out", None) or "memories",
                         **{**recorded, **chosen})
-
-
-def _new_bank(out: Path, settings: BankSettings) -> ChromaBank:
-    if out.exists() and any(out.iterdir()):
-        raise BankSourceError(f"{out}: exists and is not empty; choose a new directory")
-    return settings.open(out)
-
-
-def _hnsw_meta(s: BankSettings) -> dict[str, int]:
-    return {"ef_search": s.ef_search, "ef_construction": s.ef_construction,
-            "max_neighbors": s.max_neighbors}
-
-
-def _create(out: Path, entries: list[MemoryEntry], settings: BankSettings, meta: dict[str, Any]) -> int:
-    bank = _new_bank(out, settings)
-    try:
-        write_entries(bank, entries)
-        n = bank.count()
-    finally:
-        bank.close()
-    write_meta(out, {**meta, "collection": settings.collection, "entries": n,
-                     "fingerprint": fingerprint(entries), "hnsw": _hnsw_meta(settings)})
-    return n
 
 
 def _load(path: str, collection: str | None = None) -> tuple[BankSource, list[MemoryEntry]]:
@@ -242,7 +219,7 @@ def cmd_hist(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     src, entries = _load(args.source, args.collection)
     meta = {**src.describe(), "entries": len(entries), "fingerprint": fingerprint(entries),
-            "hnsw": _hnsw_meta(_hnsw(src, argparse.Namespace()))}
+            "hnsw": hnsw_meta(_hnsw(src, argparse.Namespace()))}
     n = write_jsonl(entries, args.out, meta=meta)
     print(f"exported {n} entries from {src.path} to {args.out}")
     return 0
@@ -255,7 +232,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     check_unique_ids(entries, str(src.path))
     check_dims(entries, str(src.path))
     settings = _hnsw(src, args)
-    n = _create(Path(args.out), entries, settings,
+    n = create_bank(Path(args.out), entries, settings,
                 {"imported_from": str(src.path), "embedder": src.embedder, "model": src.model,
                  "memory": src.memory})
     print(f"imported {n} entries into {args.out}")
@@ -263,17 +240,6 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------ merge/copy
-def merge_entries(parts: list[tuple[str, list[MemoryEntry]]]) -> list[MemoryEntry]:
-    """Every entry of every part, ids prefixed by the part's label, parts in order."""
-    out: list[MemoryEntry] = []
-    offset = 0
-    for label, entries in parts:
-        out += renamed(entries, f"{label}:", order_offset=offset, extra={"merged_from": label})
-        offset = max((e.order for e in out), default=-1) + 1
-    check_unique_ids(out, "merge")
-    return out
-
-
 def cmd_merge(args: argparse.Namespace) -> int:
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else ["a", "b"]
     if len(labels) != 2 or len(set(labels)) != 2 or not all(labels):
@@ -283,7 +249,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         raise BankSourceError(f"cannot merge banks embedded by {src_a.embedder!r} and {src_b.embedder!r}")
     merged = merge_entries([(labels[0], ents_a), (labels[1], ents_b)])
     check_dims(merged, "merge")
-    n = _create(Path(args.out), merged, _hnsw(src_a, args),
+    n = create_bank(Path(args.out), merged, _hnsw(src_a, args),
                 {"merged_from": {labels[0]: src_a.describe(), labels[1]: src_b.describe()},
                  "embedder": src_a.embedder or src_b.embedder,
                  "memory": src_a.memory if src_a.memory == src_b.memory else None})
@@ -293,7 +259,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def cmd_copy(args: argparse.Namespace) -> int:
     src, entries = _load(args.source, args.collection)
-    n = _create(Path(args.out), entries, _hnsw(src, args),
+    n = create_bank(Path(args.out), entries, _hnsw(src, args),
                 {"copied_from": src.describe(), "model": src.model, "for_model": args.for_model,
                  "embedder": src.embedder, "memory": src.memory})
     print(f"copied {n} entries from {src.path} (model {src.model}) for {args.for_model} to {args.out}\n"

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from memrl.records import write_json_atomic
 from memrl.rundir import RunDir
 
-from .bank import SERVER_CLAIM, ChromaBank
+from .bank import SERVER_CLAIM, BankSettings, ChromaBank
 from .entry import BankUpdate, MemoryEntry
 
 META_FILE = "bank_meta.json"
@@ -228,6 +228,40 @@ def fingerprint(entries: list[MemoryEntry]) -> str:
     for e in entries:
         h.update(json.dumps([e.memory_id, round(e.q, 12), e.visits, e.experience]).encode())
     return h.hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- new banks
+def hnsw_meta(s: BankSettings) -> dict[str, int]:
+    return {"ef_search": s.ef_search, "ef_construction": s.ef_construction,
+            "max_neighbors": s.max_neighbors}
+
+
+def create_bank(out: Path, entries: list[MemoryEntry], settings: BankSettings, meta: dict[str, Any]) -> int:
+    """A new bank directory holding `entries`, with its `bank_meta.json`; refuses a directory
+    that is not empty."""
+    if out.exists() and any(out.iterdir()):
+        raise BankSourceError(f"{out}: exists and is not empty; choose a new directory")
+    bank = settings.open(out)
+    try:
+        write_entries(bank, entries)
+        n = bank.count()
+    finally:
+        bank.close()
+    write_meta(out, {**meta, "collection": settings.collection, "entries": n,
+                     "fingerprint": fingerprint(entries), "hnsw": hnsw_meta(settings)})
+    return n
+
+
+def merge_entries(parts: list[tuple[str, list[MemoryEntry]]]) -> list[MemoryEntry]:
+    """Every entry of every part, ids prefixed by the part's label, parts in order (the first
+    part's entries are the oldest)."""
+    out: list[MemoryEntry] = []
+    offset = 0
+    for label, entries in parts:
+        out += renamed(entries, f"{label}:", order_offset=offset, extra={"merged_from": label})
+        offset = max((e.order for e in out), default=-1) + 1
+    check_unique_ids(out, "merge")
+    return out
 
 
 # --------------------------------------------------------------------------- seeding
