@@ -112,3 +112,49 @@ def test_teach_refuses_an_agent_that_needs_a_model(tmp_path):
 
     with pytest.raises(ConfigError, match="oracle"):
         teach(["env=alfworld", "agent=react"], tmp_path / "t")
+
+
+ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
+TWO_GAMES = ["look_at_obj_in_light-AlarmClock-None-DeskLamp-323/trial_T20190909_044715_250790",
+             "look_at_obj_in_light-Laptop-None-DeskLamp-328/trial_T20190908_201550_622420"]
+
+
+@pytest.mark.skipif(not ALFWORLD.is_dir(), reason=f"ALFWorld data not at {ALFWORLD}")
+def test_history_bank_holds_a_failed_attempt_and_the_experts_episode_per_game(tmp_path, monkeypatch):
+    """The expert plays each game twice (stopped after 2 steps, then whole); the merged bank
+    holds both memories under the game's intent, the attempt older in `history` order and by
+    a per-game coin in `shuffled` order; a bank made with another recipe is refused."""
+    from memrl.config import ConfigError
+    from memrl.memory.bankio import read_entries, resolve
+    from memrl.seeding import derive_seed
+    from memrl.teach import history_bank
+
+    monkeypatch.setenv("ALFWORLD_DATA", str(ALFWORLD))
+    monkeypatch.setenv("MEMRL_CACHE_DIR", str(tmp_path / "cache"))
+    over = ["experiment=demo", "embedder=hashing", "env.max_tasks=null", "runner.progress=false",
+            f"env.task_ids=[{','.join(TWO_GAMES)}]"]
+    bank = history_bank(over, tmp_path / "h", attempt_steps=2, expert_steps=50)
+    assert (bank.attempt.episodes, bank.attempt.solved) == (2, 0)  # 2 steps solve neither game
+    assert (bank.expert.episodes, bank.expert.solved) == (2, 2)
+    assert bank.attempt_first == sorted(TWO_GAMES) and bank.order == "history"
+    entries = read_entries(resolve(str(bank.bank_dir)))
+    assert len(entries) == 4
+    for game in TWO_GAMES:
+        a = next(e for e in entries if e.memory_id == f"attempt:e001:{game}")
+        x = next(e for e in entries if e.memory_id == f"expert:e001:{game}")
+        assert a.key == x.key  # one intent: similarity ties them
+        assert not a.success and x.success and a.order < x.order
+    again = history_bank(over, tmp_path / "h", attempt_steps=2, expert_steps=50)  # reused as it is
+    assert again.attempt_first == bank.attempt_first
+    with pytest.raises(ConfigError, match="made with"):
+        history_bank(over, tmp_path / "h", attempt_steps=2, expert_steps=50, order="shuffled")
+    with pytest.raises(ConfigError, match="below"):
+        history_bank(over, tmp_path / "x", attempt_steps=50, expert_steps=50)
+
+    shuffled = history_bank(over, tmp_path / "s", attempt_steps=2, expert_steps=50, order="shuffled", seed=3)
+    expected = sorted(g for g in TWO_GAMES if derive_seed(3, "history-bank", g) % 2 == 0)
+    assert len(expected) == 1 and shuffled.attempt_first == expected  # seed 3 splits the two games
+    by_id = {e.memory_id: e for e in read_entries(resolve(str(shuffled.bank_dir)))}
+    for game in TWO_GAMES:
+        older = by_id[f"attempt:e001:{game}"].order < by_id[f"expert:e001:{game}"].order
+        assert older == (game in expected)
