@@ -2,18 +2,25 @@
 
     memrl demo [--out runs/demo] [--bench-prompts 8] [OVERRIDES...]   (= python -m memrl.demo)
 
-1. Teacher: ALFWorld's handcoded expert plays the demo games once (`memrl.teach`, no model);
-   its episodes, failed ones included, become the teacher bank (`<out>/teacher`).
+1. Teacher: ALFWorld's handcoded expert plays the demo games twice (`memrl.teach`, no
+   model): stopped after `--attempt-steps` (a failed attempt of every game), then with its
+   own cap; the two banks are merged as an agent's history holds them, each game's failed
+   attempt the older memory (`memrl.teach.history_bank`, `<out>/teacher/bank`). Similarity
+   cannot tell a game's two memories apart: they share its intent.
 2. Student: the embedded model plays the same games for the demo's epochs, three times
-   (`METHODS`): MemRL learning utilities on a copy of the teacher bank, RAG on a copy of the
-   same bank (similarity only), and no memory (`<out>/memrl`, `<out>/rag`, `<out>/none`).
+   (`METHODS`, the README's second pre-registered design): MemRL learning utilities and RAG
+   (similarity only), each from a copy of the teacher bank and writing a memory of every
+   episode, failures included, and no memory (`<out>/memrl`, `<out>/rag`, `<out>/none`).
 3. What it shows (printed, and written to `<out>/demo.md`, `<out>/demo.json`,
    `<out>/demo.png`; the cross-run report with its tables and figures in `<out>/report/`,
    which gets a copy of `demo.md`): success rate per epoch per method; the paired
-   comparison over games of the final epoch (McNemar and a paired bootstrap interval,
-   `memrl.report.tables.compare`); the teacher memories whose Q rose and fell under MemRL; copy
-   accuracy (`memrl.teacher_effect`); the embedded model's prompt and decode tokens/s with
-   the prefix reuse, and before/after on the same prompts (`--bench-prompts`).
+   comparisons over games of the final epoch (McNemar and a paired bootstrap interval,
+   `memrl.report.tables.compare`) and across epochs (CSR-style, with the sign test,
+   `memrl.utility_experiment.paired`) with their power; the mechanism (re-injections of a
+   memory that already failed, the student's own failure memories shown); the teacher
+   memories whose Q rose and fell under MemRL; copy accuracy (`memrl.teacher_effect`); the
+   embedded model's prompt and decode tokens/s with the prefix reuse, and before/after on the
+   same prompts (`--bench-prompts`).
 
 The settings are `configs/experiment/demo.yaml` (games, steps, model, epochs) plus the
 per-method overrides in `METHODS`; extra overrides on the command line apply to every run
@@ -34,25 +41,31 @@ from typing import Any, Sequence
 
 from memrl.config import ConfigError
 from memrl.rundir import RunDir
+from memrl.teach import BANK_ORDERS, history_bank
 
 DEFAULT_OUT = Path("runs/demo")
 BASE = ["experiment=demo"]
 # The teacher's own step cap (--teacher-steps): ALFWorld's expert needs up to 50 steps (it still
 # fails some games); the students' cap is the preset's env.max_steps.
 TEACHER_STEPS = 50
-# Per method: its overrides on top of the demo preset. `{teacher}` is the teacher run. The
-# students learn on the teacher bank only (no memories of their own: see the README's demo
-# section, "learning in the wrong direction"); RAG first, as MemRL's first epoch (all Q equal)
-# injects the same memories in the same order and is then answered from the response cache.
+# The teacher's failed attempt (--attempt-steps): the expert stopped after 3 steps; the
+# shortest expert solution of the demo games is 4 steps, so every attempt fails.
+ATTEMPT_STEPS = 3
+# Per method: its overrides on top of the demo preset. `{teacher}` is the teacher bank. Both
+# students start from a copy of it and write every episode as a raw trajectory, failures
+# included (the paper's loop); neither is gated; the only difference is Phase B (README,
+# "Utility against similarity"). RAG first: MemRL's first epoch (all Q equal) injects the
+# same memories and is answered from the response cache.
 METHODS: dict[str, list[str]] = {
-    # similarity only, on the teacher memories
-    "rag": ["memory=rag", "memory.bank.init_from={teacher}", "memory.bank.frozen=true"],
-    # learns Q on the same memories, starting them at Q_init (the oracle learned nothing)
-    "memrl": ["memory=memrl", "memory.bank.init_from={teacher}", "memory.bank.init_q=reset",
-              "memory.write_memories=false", "memory.delta=auto"],
+    # similarity only
+    "rag": ["memory=rag", "memory.bank.init_from={teacher}"],
+    # learns Q, the copies starting at Q_init (the oracle learned nothing)
+    "memrl": ["memory=memrl_rag", "memory.bank.init_from={teacher}", "memory.bank.init_q=reset",
+              "memory.sim_gate=false"],
     "none": ["memory=none"],
 }
 REFERENCE = "memrl"
+TEACHER_LABEL = "expert"  # the history bank's memories of the oracle's own episodes
 ALPHA = 0.05
 
 
@@ -75,10 +88,13 @@ class DemoResult:
     phases: list[Phase] = field(default_factory=list)
     model: str = ""
     power: dict[str, Any] = field(default_factory=dict)
+    across: dict[str, Any] = field(default_factory=dict)  # memrl vs rag over epochs (utility_experiment.paired)
+    mechanism: dict[str, Any] = field(default_factory=dict)  # per method: H1 counts, own failures shown
 
     def to_dict(self) -> dict[str, Any]:
         return {"out": str(self.out), "games": self.games, "model": self.model, "teacher": self.teacher,
-                "sr": self.sr, "comparisons": self.comparisons, "copy_accuracy": self.copy,
+                "sr": self.sr, "comparisons": self.comparisons, "across_epochs": self.across,
+                "mechanism": self.mechanism, "copy_accuracy": self.copy,
                 "teacher_memories": self.q_moves, "speed": self.speed, "power": self.power,
                 "phases": [{"name": p.name, "seconds": round(p.seconds, 1)} for p in self.phases]}
 
@@ -147,15 +163,22 @@ def speed_of(run_dirs: Sequence[Path]) -> dict[str, Any]:
 
 
 def analyse(out: Path, teacher_dir: Path, dirs: dict[str, Path]) -> DemoResult:
+    """`teacher_dir`: the run of the oracle's own episodes (the history bank's `expert`)."""
     from memrl.metrics import compute_metrics, load_run
     from memrl.teacher_effect import copy_accuracy, teacher_episodes, teacher_q
+    from memrl.utility_experiment import own_failure_injections, paired_runs, reinjected_after_failure
 
     teacher = teacher_episodes(teacher_dir)
-    sr = {m: compute_metrics(load_run(d))["sr"] for m, d in dirs.items()}
+    records = {m: load_run(d) for m, d in dirs.items()}
+    sr = {m: compute_metrics(records[m])["sr"] for m in dirs}
     groups = _groups(dirs)
-    copy = {m: {e: rep.to_dict() for e, rep in copy_accuracy(d, teacher).items()} for m, d in dirs.items()}
+    copy = {m: {e: rep.to_dict() for e, rep in copy_accuracy(d, teacher, label=TEACHER_LABEL).items()}
+            for m, d in dirs.items()}
     moves = [dict(vars(q), movement=q.movement) for q in teacher_q(dirs[REFERENCE])] \
         if REFERENCE in dirs else []
+    across = paired_runs(dirs[REFERENCE], dirs["rag"]) if REFERENCE in dirs and "rag" in dirs else {}
+    mechanism = {m: {**reinjected_after_failure(records[m]), "shown": own_failure_injections(records[m])}
+                 for m in dirs if m != "none"}
     card = json.loads(RunDir(dirs[next(iter(dirs))]).card.read_text())
     cap = int(((card.get("config") or {}).get("env") or {}).get("max_steps") or 0)
     fits = sum(t.success and len(t.actions) <= cap for t in teacher.values())
@@ -166,7 +189,7 @@ def analyse(out: Path, teacher_dir: Path, dirs: dict[str, Path]) -> DemoResult:
         teacher={"games": len(teacher), "solved": sum(t.success for t in teacher.values()),
                  "steps": {t.task_id: len(t.actions) for t in teacher.values()}},
         sr=sr, comparisons=comparisons(groups), copy=copy, q_moves=moves,
-        speed={"run": speed_of(list(dirs.values()))})
+        speed={"run": speed_of(list(dirs.values()))}, across=across, mechanism=mechanism)
 
 
 # --------------------------------------------------------------------------- output
@@ -181,10 +204,14 @@ def _rate(x: float | None) -> str:
 def render(res: DemoResult) -> str:
     n = len(res.games)
     epochs = max((len(v) for v in res.sr.values()), default=0)
+    t = res.teacher
     lines = [f"# memrl demo: {n} ALFWorld games (valid_seen), student {res.model}",
              "",
-             f"Teacher (ALFWorld's handcoded expert, no model): solved {res.teacher['solved']} of "
-             f"{res.teacher['games']} games; all {res.teacher['games']} trajectories are the teacher bank.",
+             f"Teacher (ALFWorld's handcoded expert, no model), twice: stopped after {t.get('attempt_steps')} steps "
+             f"(a failed attempt of every game: {t.get('attempts_solved', 0)} solved), then with its own cap "
+             f"(solved {t['solved']} of {t['games']} games). Each game's two memories share its intent; the "
+             f"failed attempt is the older one for {t.get('attempt_first', t['games'])} games "
+             f"(order {t.get('order', 'history')}). Both students write a memory of every episode.",
              "",
              "## Success rate per epoch (games solved / " + str(n) + ")",
              "",
@@ -207,6 +234,28 @@ def render(res: DemoResult) -> str:
         lines.append(f"| {r['reference']} vs {r['method']} | {r['last_ref']:.2f} vs {r['last_method']:.2f} | "
                      f"{r['delta']:+.2f} [{r['delta_lo']:+.2f}, {r['delta_hi']:+.2f}] | {r['ref_only']} | "
                      f"{r['method_only']} | {r['mcnemar_p']:.3g} |")
+    if res.across:
+        a = res.across
+        lines += ["", f"## {REFERENCE} vs rag across epochs", "",
+                  f"CSR-style: per game, solved at least once in epochs 1..{a['epochs']}; the same tests. "
+                  "Epochs solved: per game, the number of epochs each method solved it; exact sign test.", "",
+                  "| reading | SR | Δ [95% CI] | b | c | p |", "|---|---|---|---|---|---|"]
+        for name, key in (("final epoch", "final"), (f"solved at least once (CSR, epochs 1..{a['epochs']})", "csr")):
+            r = a[key]
+            lines.append(f"| {name} | {r['a']:.2f} vs {r['b_rate']:.2f} | {r['delta']:+.2f} [{r['delta_lo']:+.2f}, "
+                         f"{r['delta_hi']:+.2f}] | {r['a_only']} | {r['b_only']} | {r['mcnemar_p']:.3g} |")
+        es = a["epochs_solved"]
+        lines.append(f"| epochs solved per game (sign test) | | | {es['a_more']} | {es['b_more']} | "
+                     f"{es['sign_test_p']:.3g} |")
+    if res.mechanism:
+        lines += ["", "## The mechanism", "",
+                  "Re-injected after a failure: injections, from epoch 2 on, of a memory that an earlier episode "
+                  "had already been given and failed with. Own failures shown: per epoch, injections of a memory "
+                  "the student wrote after one of its own failed episodes.", "",
+                  "| method | re-injected after a failure | own failures shown, per epoch |", "|---|---|---|"]
+        for m, row in res.mechanism.items():
+            shown = ", ".join(str(v["own_failure"]) for v in row["shown"].values())
+            lines.append(f"| {m} | {row['reinjected_after_failure']} of {row['injections_epoch2_on']} | {shown} |")
     lines += ["", "## Copy accuracy", "",
               "Share of steps whose action equals the teacher's action at that step, in episodes given "
               "the same game's teacher memory (`with`), and in the others (`without`: how often the "
@@ -223,11 +272,11 @@ def render(res: DemoResult) -> str:
     lines += ["", "## Teacher memories under MemRL: Q after the run", "",
               "Each teacher memory started at Q = " + (f"{used[0]['q_start']:g}" if used else "0") +
               "; every episode it was injected into moves it toward +1 (solved) or −1 (failed).", "",
-              "| teacher memory (game) | teacher solved | Q | movement | student episodes solved / failed |",
-              "|---|---|---|---|---|"]
+              "| teacher memory (game) | which | teacher solved | Q | movement | student episodes solved / failed |",
+              "|---|---|---|---|---|---|"]
     for q in used:
-        lines.append(f"| {q['task_id']} | {'yes' if q['teacher_solved'] else 'no'} | {q['q']:+.2f} | "
-                     f"{q['movement']} | {q['used_solved']} / {q['used_failed']} |")
+        lines.append(f"| {q['task_id']} | {q.get('label') or '–'} | {'yes' if q['teacher_solved'] else 'no'} | "
+                     f"{q['q']:+.2f} | {q['movement']} | {q['used_solved']} / {q['used_failed']} |")
     unused = len(res.q_moves) - len(used)
     if unused:
         lines.append(f"\n{unused} teacher memories were never injected.")
@@ -308,11 +357,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl demo") -> int:
                     help="prompts timed with prefix reuse off and on (0 = skip)")
     ap.add_argument("--teacher-steps", type=int, default=TEACHER_STEPS,
                     help=f"the teacher's step cap (default {TEACHER_STEPS})")
+    ap.add_argument("--attempt-steps", type=int, default=ATTEMPT_STEPS,
+                    help=f"the step cap of the teacher's failed attempt (default {ATTEMPT_STEPS})")
+    ap.add_argument("--order", choices=BANK_ORDERS, default="history",
+                    help="which of a game's two memories is older: the attempt (history) or a coin per game")
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
     ap.add_argument("overrides", nargs="*", help="config overrides for every run")
     args = ap.parse_args(argv)
-    from memrl.teach import teach
-
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -322,21 +373,24 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl demo") -> int:
     phases: list[Phase] = []
     try:
         t0 = time.monotonic()
-        bank = teach(BASE + args.overrides + [f"env.max_steps={args.teacher_steps}"], out / "teacher")
-        phases.append(Phase("teacher (expert, no model)", time.monotonic() - t0))
+        bank = history_bank(BASE + args.overrides, out / "teacher", attempt_steps=args.attempt_steps,
+                            expert_steps=args.teacher_steps, order=args.order)
+        phases.append(Phase("teacher (expert twice, no model)", time.monotonic() - t0))
         print(f"[demo] {bank.describe()}", flush=True)
         t0 = time.monotonic()
-        dirs = run_students(out, bank.run_dir.resolve(), args.overrides, methods)
+        dirs = run_students(out, bank.bank_dir.resolve(), args.overrides, methods)
         phases.append(Phase("students (" + ", ".join(methods) + ")", time.monotonic() - t0))
     except ConfigError as exc:
         print(f"memrl: {exc}", file=sys.stderr)
         return 2
     t0 = time.monotonic()
-    res = analyse(out, bank.run_dir, dirs)
+    res = analyse(out, bank.expert.run_dir, dirs)
+    res.teacher.update(attempt_steps=args.attempt_steps, order=bank.order, attempt_first=len(bank.attempt_first),
+                       attempts_solved=bank.attempt.solved)
     if args.bench_prompts > 0:
         from memrl.demo_bench import bench_prefix_reuse
 
-        res.speed["bench"] = bench_prefix_reuse(bank.run_dir, BASE + args.overrides, args.bench_prompts)
+        res.speed["bench"] = bench_prefix_reuse(bank.expert.run_dir, BASE + args.overrides, args.bench_prompts)
     phases.append(Phase("analysis and speed check", time.monotonic() - t0))
     res.phases = phases
     files = write(res)

@@ -34,12 +34,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-ARMS = {  # the README's design: the same bank, writes and gate; only Phase B differs
-    "rag": ["memory=rag", "memory.bank.init_from={teacher}"],
-    "memrl": ["memory=memrl_rag", "memory.bank.init_from={teacher}", "memory.bank.init_q=reset",
-              "memory.sim_gate=false"],
-    "none": ["memory=none"],
-}
 REMEDIES = {  # item 2: each a named switch that exists in MemRL's settings
     # the project's: a failed attempt starts at the failure reward, below any teacher memory
     "q_init_failed": ["memory.q_init_failed=-1"],
@@ -48,24 +42,22 @@ REMEDIES = {  # item 2: each a named switch that exists in MemRL's settings
     # the official HLE code: Q_init 1 after a success, 0 after a failure
     "by_outcome": ["memory.q_init_by_outcome=true"],
 }
-ATTEMPT_STEPS = 3  # the history design's failed attempt: the expert stopped after 3 steps
-EXPERT_STEPS = 50  # the expert's own cap (memrl.demo.TEACHER_STEPS)
 
 
 def make_teacher(design: str, order: str, out: Path, overrides: list[str]) -> Path:
-    from memrl.demo import BASE
+    from memrl.demo import ATTEMPT_STEPS, BASE, TEACHER_STEPS
     from memrl.teach import history_bank, teach
 
     if design == "teacher":
-        return teach(BASE + overrides + [f"env.max_steps={EXPERT_STEPS}"], out / "teacher").run_dir.resolve()
+        return teach(BASE + overrides + [f"env.max_steps={TEACHER_STEPS}"], out / "teacher").run_dir.resolve()
     bank = history_bank(BASE + overrides, out / "teacher", attempt_steps=ATTEMPT_STEPS,
-                        expert_steps=EXPERT_STEPS, order=order)
+                        expert_steps=TEACHER_STEPS, order=order)
     print(f"[utility] {bank.describe()}", flush=True)
     return bank.bank_dir.resolve()
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memrl.demo import BASE
+    from memrl.demo import BASE, METHODS as ARMS
     from memrl.metrics import load_run, success_matrix
     from memrl.run import execute
     from memrl.teach import compose
