@@ -11,7 +11,8 @@ mechanism (tests/test_e2e_demo.py).
 - `own_failure_injections`: per epoch, injections of memories the student wrote after a
   failed episode of its own (the "learning in the wrong direction" reading).
 - `teacher_losses` (why a teacher memory loses to the student's own failure): every
-  injection of a game's own failure memory while the game's teacher memory was in the bank,
+  injection of a failure memory the student wrote (for this game, or for another game whose
+  task shares its key) while the game's teacher memory was in the bank,
   with both Q values as retrieval saw them (the teacher's from `bank_updates.jsonl`) and
   the cause: the teacher's Q below the failure's, a tie in Q (then the older memory, the
   teacher's, ranks first, so a loss on a tie means something else decided), or neither; and
@@ -146,7 +147,7 @@ def teacher_losses(run_dir: str | Path) -> dict[str, Any]:
         for m in r.injected:
             mid = str(m["id"])
             src = written.get(mid)
-            if r.epoch >= 2 and src is not None and not src.success and src.task_id == r.task_id:
+            if r.epoch >= 2 and src is not None and not src.success:
                 teachers = [t for t in teacher_of.get(r.task_id, []) if t in q_now]
                 if teachers:
                     qt = max(q_now[t] for t in teachers)
@@ -154,7 +155,7 @@ def teacher_losses(run_dir: str | Path) -> dict[str, Any]:
                     cause = ("teacher_q_below" if qt < qc - TOL else
                              "tie_in_q" if abs(qt - qc) <= TOL else "teacher_q_above")
                     rows.append({"epoch": int(r.epoch), "task": r.task_id, "chosen": mid, "q_chosen": qc,
-                                 "q_teacher": qt, "cause": cause,
+                                 "q_teacher": qt, "cause": cause, "own_game": src.task_id == r.task_id,
                                  "pool": int(((r.info or {}).get("retrieval") or {}).get("pool", 0))})
             found = teacher_memory(mid)
             if found:
@@ -166,6 +167,7 @@ def teacher_losses(run_dir: str | Path) -> dict[str, Any]:
     pushes = {mid: dict(moved_by[mid]) for t in sorted(lost) for mid in teacher_of[t]}
     return {
         "own_failure_over_teacher": len(rows), "causes": dict(causes), "games": len(lost),
+        "written_by_another_game": sum(not x["own_game"] for x in rows),
         "q_teacher_mean": float(np.mean([x["q_teacher"] for x in rows])) if rows else None,
         "q_chosen_mean": float(np.mean([x["q_chosen"] for x in rows])) if rows else None,
         "teacher_updates_from": {"own_game": sum(v["own_game"] for v in pushes.values()),

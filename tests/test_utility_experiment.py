@@ -92,13 +92,15 @@ def _jsonl(path: Path, rows) -> None:
 def test_teacher_losses_names_q_init_above_a_teacher_that_other_games_pushed_down(tmp_path) -> None:
     """Game a's teacher memory is given to a (fails) and to b (fails): Q 0 -> -0.3 -> -0.51.
     In epoch 2 game a is shown its own failed attempt (Q_init 0) instead: the teacher's Q is
-    below the failure's, and one of the two updates that pushed it came from another game."""
+    below the failure's, and one of the two updates that pushed it came from another game.
+    Game b is then shown a's failed attempt although its own teacher memory's Q is higher."""
     run = RunDir(tmp_path)
     rows = [
         rec(1, "a", False, [("init:e001:a", 0.0)], written="e001:a", batch=0),
         rec(1, "b", False, [("init:e001:a", -0.3)], written="e001:b", batch=1),
         rec(2, "a", False, [("e001:a", 0.0)], written="e002:a", batch=0),
-        rec(2, "b", False, [("init:e001:b", 0.0)], written="e002:b", batch=1),  # its teacher: no loss
+        # b is shown a's failed attempt (another game's), Q -0.3, over its own teacher at 0
+        rec(2, "b", False, [("e001:a", -0.3)], written="e002:b", batch=1),
     ]
     for r in rows:
         r.info = {"retrieval": {"pool": 3}}
@@ -111,15 +113,16 @@ def test_teacher_losses_names_q_init_above_a_teacher_that_other_games_pushed_dow
          "added": [{"id": "e001:b", "q": 0.0}], "removed": [], "size": 4},
         {"epoch": 2, "batch": 0, "updates": [{"id": "e001:a", "q_before": 0.0, "q_after": -0.3}],
          "added": [{"id": "e002:a", "q": 0.0}], "removed": [], "size": 5},
-        {"epoch": 2, "batch": 1, "updates": [{"id": "init:e001:b", "q_before": 0.0, "q_after": -0.3}],
+        {"epoch": 2, "batch": 1, "updates": [{"id": "e001:a", "q_before": -0.3, "q_after": -0.51}],
          "added": [{"id": "e002:b", "q": 0.0}], "removed": [], "size": 6},
     ])
     got = teacher_losses(tmp_path)
-    assert got["own_failure_over_teacher"] == 1 and got["games"] == 1
-    assert got["causes"] == {"teacher_q_below": 1}
-    assert math.isclose(got["q_teacher_mean"], -0.51) and got["q_chosen_mean"] == 0.0
+    assert got["own_failure_over_teacher"] == 2 and got["games"] == 2 and got["written_by_another_game"] == 1
+    assert got["causes"] == {"teacher_q_below": 1, "teacher_q_above": 1}
+    assert math.isclose(got["q_teacher_mean"], (-0.51 + 0.0) / 2) and math.isclose(got["q_chosen_mean"], -0.15)
     assert got["teacher_updates_from"] == {"own_game": 1, "other_games": 1}
-    assert got["rows"][0]["pool"] == 3 and got["rows"][0]["chosen"] == "e001:a"
+    assert got["rows"][0]["pool"] == 3 and got["rows"][0]["chosen"] == "e001:a" and got["rows"][0]["own_game"]
+    assert got["rows"][1]["task"] == "b" and not got["rows"][1]["own_game"]
 
     _jsonl(run.bank_updates, [])  # a log that misses batches is refused, not read as empty
     with pytest.raises(ValueError, match="does not cover"):
