@@ -97,19 +97,19 @@ DEMO_ARGS ?=
 demo: setup
 	@test -d "$(ALFWORLD_DATA)/json_2.1.1" || { echo "no ALFWorld data at $(ALFWORLD_DATA): run 'make data-alfworld'"; exit 1; }
 	@start=$$(date +%s); \
-	$(PY) -m memrl.demo $(DEMO_ARGS) && \
+	$(PY) -m memrl.cli demo $(DEMO_ARGS) && \
 	echo "demo wall time: $$(( $$(date +%s) - start )) s"
 
 # MemRL and every baseline with the paper's ALFWorld settings (gpt-5-mini; OPENAI_API_KEY),
 # one Hydra multirun (re-running it resumes every unfinished run), then the report.
 ALFWORLD_METHODS ?= memrl,none,pass_at_k,rag,self_rag,memp,reflection,mem0
 ALFWORLD_SWEEP ?= multirun/alfworld_paper
-# Each reproduce-* target prints its plan (memrl.plan: a cached pilot of a few tasks, then
+# Each reproduce-* target prints its plan (memrl.control.plan: a cached pilot of a few tasks, then
 # calls, tokens, cost and wall time per run) and asks before going on when interactive;
 # MEMRL_PLAN_YES=1 skips the question.
 reproduce-alfworld: setup
-	$(PY) -m memrl.plan --confirm -m experiment=alfworld_paper memory=$(ALFWORLD_METHODS)
-	$(PY) -m memrl.run -m experiment=alfworld_paper memory=$(ALFWORLD_METHODS) hydra.sweep.dir=$(ALFWORLD_SWEEP)
+	$(PY) -m memrl.cli plan --confirm -m experiment=alfworld_paper memory=$(ALFWORLD_METHODS)
+	$(PY) -m memrl.cli run -m experiment=alfworld_paper memory=$(ALFWORLD_METHODS) hydra.sweep.dir=$(ALFWORLD_SWEEP)
 	$(PY) scripts/report.py $(ALFWORLD_SWEEP) --out results/alfworld_paper
 
 # HLE (gated on the hub: accept its terms, then HF_TOKEN=hf_... make data-hle), saved once as
@@ -120,21 +120,21 @@ data-hle: setup
 
 reproduce-hle: setup
 	@test -f "$(HLE_DATA)" || { echo "no HLE data at $(HLE_DATA): run 'make data-hle' (needs HF_TOKEN)"; exit 1; }
-	$(PY) -m memrl.plan --confirm -m experiment=hle_paper env.data_path=$(abspath $(HLE_DATA)) memory=$(ALFWORLD_METHODS)
-	$(PY) -m memrl.run -m experiment=hle_paper env.data_path=$(abspath $(HLE_DATA)) memory=$(ALFWORLD_METHODS) hydra.sweep.dir=multirun/hle_paper
+	$(PY) -m memrl.cli plan --confirm -m experiment=hle_paper env.data_path=$(abspath $(HLE_DATA)) memory=$(ALFWORLD_METHODS)
+	$(PY) -m memrl.cli run -m experiment=hle_paper env.data_path=$(abspath $(HLE_DATA)) memory=$(ALFWORLD_METHODS) hydra.sweep.dir=multirun/hle_paper
 	$(PY) scripts/report.py multirun/hle_paper --out results/hle_paper
 
 # A MariaDB server of the project's own (data dir + socket; nothing system-wide) for env=lifelong_db.
 # Runs start one themselves when none is up; `db-up` keeps one running across runs. Its folder:
-# DB_DIR if given, else $MEMRL_DB_DIR, else <cache folder>/mariadb (memrl/cache.py).
+# DB_DIR if given, else $MEMRL_DB_DIR, else <cache folder>/mariadb (memrl/core/cachedir.py).
 DB_DIR ?=
 DB_DIR_ARG = $(if $(DB_DIR),--dir $(DB_DIR))
 db-up: setup
-	$(PY) -m memrl_envs.lifelong.db_server up $(DB_DIR_ARG) $(if $(DB_PORT),--port $(DB_PORT))
+	$(PY) -m memrl_envs.lifelong_db.server up $(DB_DIR_ARG) $(if $(DB_PORT),--port $(DB_PORT))
 db-down: setup
-	$(PY) -m memrl_envs.lifelong.db_server down $(DB_DIR_ARG)
+	$(PY) -m memrl_envs.lifelong_db.server down $(DB_DIR_ARG)
 db-status: setup
-	$(PY) -m memrl_envs.lifelong.db_server status $(DB_DIR_ARG)
+	$(PY) -m memrl_envs.lifelong_db.server status $(DB_DIR_ARG)
 # the ground-truth SQL of every DB train task through the env (checks server + scoring)
 gold-db: setup
 	$(PY) scripts/lifelong_gold.py --env db
@@ -142,7 +142,7 @@ gold-db: setup
 # Lifelong-OS: the Debian root file system its episodes run in (debootstrap, once; needs root;
 # ~1.5 min, ~230 MB) in $MEMRL_ROOTFS_DIR, else $MEMRL_CACHE_DIR/rootfs, else ~/.cache/memrl/rootfs
 rootfs: setup
-	@start=$$(date +%s); $(PY) -m memrl_envs.lifelong.os_rootfs build && \
+	@start=$$(date +%s); $(PY) -m memrl_envs.lifelong_os.rootfs build && \
 	echo "rootfs took $$(( $$(date +%s) - start )) s"
 gold-os: rootfs
 	$(PY) scripts/lifelong_gold.py --env os
@@ -151,10 +151,10 @@ gold-os: rootfs
 # MemRL and every baseline, one multirun per benchmark, then one report over both.
 LLB_METHODS ?= $(ALFWORLD_METHODS)
 reproduce-llb: rootfs
-	$(PY) -m memrl.plan -m experiment=llb_os_paper memory=$(LLB_METHODS)
-	$(PY) -m memrl.plan --confirm -m experiment=llb_db_paper memory=$(LLB_METHODS)  # one question for both plans
-	$(PY) -m memrl.run -m experiment=llb_os_paper memory=$(LLB_METHODS) hydra.sweep.dir=multirun/llb_os_paper
-	$(PY) -m memrl.run -m experiment=llb_db_paper memory=$(LLB_METHODS) hydra.sweep.dir=multirun/llb_db_paper
+	$(PY) -m memrl.cli plan -m experiment=llb_os_paper memory=$(LLB_METHODS)
+	$(PY) -m memrl.cli plan --confirm -m experiment=llb_db_paper memory=$(LLB_METHODS)  # one question for both plans
+	$(PY) -m memrl.cli run -m experiment=llb_os_paper memory=$(LLB_METHODS) hydra.sweep.dir=multirun/llb_os_paper
+	$(PY) -m memrl.cli run -m experiment=llb_db_paper memory=$(LLB_METHODS) hydra.sweep.dir=multirun/llb_db_paper
 	$(PY) scripts/report.py multirun/llb_os_paper multirun/llb_db_paper --out results/llb_paper
 
 # Cross-model transfer (paper App. C.1): MODEL (an llm preset) evaluated on the bank of the
@@ -165,7 +165,7 @@ TRANSFER_EPOCHS ?= 1
 TRANSFER_DIR ?= runs/transfer/$(notdir $(abspath $(FROM)))--to--$(MODEL)
 transfer: setup
 	@test -n "$(FROM)" && test -n "$(MODEL)" || { echo "usage: make transfer FROM=<run dir or bank> MODEL=<llm preset> [EXPERIMENT=<preset>] [TRANSFER_EPOCHS=1] [ARGS='<overrides>']"; exit 2; }
-	$(PY) -m memrl.run $(if $(EXPERIMENT),experiment=$(EXPERIMENT)) llm=$(MODEL) \
+	$(PY) -m memrl.cli run $(if $(EXPERIMENT),experiment=$(EXPERIMENT)) llm=$(MODEL) \
 	    memory.bank.init_from=$(abspath $(FROM)) memory.bank.frozen=true \
 	    runner.epochs=$(TRANSFER_EPOCHS) hydra.run.dir=$(TRANSFER_DIR) $(ARGS)
 
@@ -181,9 +181,9 @@ MERGED_BANK ?= runs/merged_llb/bank
 merge-llb: rootfs
 	@test -n "$(OS_RUN)" && test -n "$(DB_RUN)" || { echo "usage: make merge-llb OS_RUN=<os run dir> DB_RUN=<db run dir> [MERGED_BANK=...] [ARGS='<overrides>']"; exit 2; }
 	$(PY) -m memrl.cli bank merge $(OS_RUN) $(DB_RUN) $(MERGED_BANK) --labels os,db
-	$(PY) -m memrl.run experiment=llb_os_paper memory.bank.init_from=$(abspath $(MERGED_BANK)) \
+	$(PY) -m memrl.cli run experiment=llb_os_paper memory.bank.init_from=$(abspath $(MERGED_BANK)) \
 	    memory.bank.frozen=true runner.epochs=1 hydra.run.dir=runs/merged_llb/os $(ARGS)
-	$(PY) -m memrl.run experiment=llb_db_paper memory.bank.init_from=$(abspath $(MERGED_BANK)) \
+	$(PY) -m memrl.cli run experiment=llb_db_paper memory.bank.init_from=$(abspath $(MERGED_BANK)) \
 	    memory.bank.frozen=true runner.epochs=1 hydra.run.dir=runs/merged_llb/db $(ARGS)
 	$(PY) scripts/report.py runs/merged_llb --out results/merged_llb
 
@@ -201,15 +201,15 @@ BCB_METHODS ?= $(ALFWORLD_METHODS)
 BCB_SWEEP ?= multirun/bcb_paper
 BCB_ARGS ?=
 reproduce-bcb: bcb-eval-deps
-	$(PY) -m memrl.plan --confirm -m experiment=bcb_paper memory=$(BCB_METHODS) $(BCB_ARGS)
-	$(PY) -m memrl.run -m experiment=bcb_paper memory=$(BCB_METHODS) $(BCB_ARGS) hydra.sweep.dir=$(BCB_SWEEP)
+	$(PY) -m memrl.cli plan --confirm -m experiment=bcb_paper memory=$(BCB_METHODS) $(BCB_ARGS)
+	$(PY) -m memrl.cli run -m experiment=bcb_paper memory=$(BCB_METHODS) $(BCB_ARGS) hydra.sweep.dir=$(BCB_SWEEP)
 	$(PY) scripts/report.py $(BCB_SWEEP) --out results/bcb_paper
 
 data-alfworld: setup
 	$(VENV)/bin/alfworld-download --data-dir "$(ALFWORLD_DATA)"
 
 expert-check: setup
-	$(PY) -m memrl.run env=alfworld env.split=valid_seen env.max_steps=50 agent=expert memory=none runner.epochs=1 hydra.run.dir=runs/expert_valid_seen
+	$(PY) -m memrl.cli run env=alfworld env.split=valid_seen env.max_steps=50 agent=expert memory=none runner.epochs=1 hydra.run.dir=runs/expert_valid_seen
 
 # tables and figures from every run directory under $(RUNS) (see memrl/report/)
 RUNS ?= runs
@@ -221,7 +221,7 @@ report: setup
 SWEEP_DIR ?= multirun/sweep-lambda
 sweep-lambda: setup
 	@test -d "$(ALFWORLD_DATA)/json_2.1.1" || { echo "no ALFWorld data at $(ALFWORLD_DATA): run 'make data-alfworld'"; exit 1; }
-	$(PY) -m memrl.run -m +sweep=lambda memory.lam=0,0.5,1 seed=0,1 llm=local embedder=minilm \
+	$(PY) -m memrl.cli run -m +sweep=lambda memory.lam=0,0.5,1 seed=0,1 llm=local embedder=minilm \
 	    env.split=valid_seen env.max_tasks=2 env.max_steps=8 memory.delta=auto runner.epochs=2 \
 	    runner.progress=false hydra.sweep.dir=$(SWEEP_DIR)
 	$(MAKE) report RUNS=$(SWEEP_DIR) OUT=$(SWEEP_DIR)/report
@@ -234,12 +234,12 @@ bench-memory: setup
 	$(PY) scripts/bench_memory.py
 
 # Deletes run directories only: caches and the DB server's data live in the cache folder
-# (memrl/cache.py). Refuses while runs/ still holds an older checkout's caches, or while the
+# (memrl/core/cachedir.py). Refuses while runs/ still holds an older checkout's caches, or while the
 # cache or DB folder is set to a place under runs/ or multirun/.
 clean-runs:
 	@if [ -d runs/.cache ]; then \
 	  echo "runs/.cache holds caches of the older layout (model responses, embeddings, perhaps a MariaDB data dir)."; \
-	  echo "Move them to the cache folder first (memrl/cache.py says how), then run make clean-runs again."; exit 1; fi
+	  echo "Move them to the cache folder first (memrl/core/cachedir.py says how), then run make clean-runs again."; exit 1; fi
 	@for d in "$$MEMRL_CACHE_DIR" "$$MEMRL_DB_DIR"; do \
 	  [ -n "$$d" ] || continue; real="$$(realpath -m "$$d")/"; \
 	  for r in runs multirun; do case "$$real" in "$$(realpath -m $$r)"/*) \

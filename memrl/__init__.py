@@ -1,7 +1,7 @@
 """memrl: the MemRL method, its runner and its tools (the benchmarks are memrl_envs, the
 baselines memrl_baselines; docs/design.md is the map)."""
 
-from memrl.cache import register_config_resolvers as _register_config_resolvers
+from memrl.core.cachedir import register_config_resolvers as _register_config_resolvers
 
 # configs/ resolve `${memrl.cache_dir:}` wherever memrl is imported (a run, a test, a script
 # that composes the config), so there is one place that says where caches live

@@ -7,9 +7,9 @@ project, only ``AlfredTWEnv`` + ``init_env`` and a reset/step loop, and prints
 
 The handcoded expert draws from Python's global ``random``; each game seeds it after
 reset with the seed the project's runner gives that game's episode in epoch 1
-(``memrl.seeding.derive_seed(seed, 1, task_id)``, task id = trial folder relative to the
+(``memrl.core.seeding.derive_seed(seed, 1, task_id)``, task id = trial folder relative to the
 split folder; the only project code used here), so this run and
-``python -m memrl.run agent=expert memory=none runner.epochs=1 seed=<seed> ...`` must agree
+``python -m memrl.cli run agent=expert memory=none runner.epochs=1 seed=<seed> ...`` must agree
 game by game. ``--per-game`` lists the outcomes to compare.
 
     ALFWORLD_DATA=../shared/data/alfworld python scripts/alfworld_expert_direct.py --split valid_seen
@@ -25,7 +25,7 @@ import random
 import sys
 import time
 
-from memrl.seeding import derive_seed
+from memrl.core.seeding import derive_seed
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -1,5 +1,5 @@
 """The embedded model's prefix reuse, before and after, on ALFWorld prompts built from a teacher
-run (memrl.demo_bench): prompt and decode tokens/s with reuse off and on, and whether the
+run (memrl.demo.bench): prompt and decode tokens/s with reuse off and on, and whether the
 answers are identical.
 
     .venv/bin/python scripts/bench_local_prefix.py runs/demo/teacher --prompts 24 [OVERRIDES...]
@@ -15,13 +15,13 @@ import json
 import sys
 from pathlib import Path
 
-from memrl.demo import BASE
-from memrl.demo_bench import bench_prefix_reuse
+from memrl.demo.bench import bench_prefix_reuse
+from memrl.demo.pipeline import BASE
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("teacher", type=Path, help="a teacher run (python -m memrl.teach)")
+    ap.add_argument("teacher", type=Path, help="a teacher run (python -m memrl.cli teach)")
     ap.add_argument("--prompts", type=int, default=24)
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)

@@ -42,14 +42,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_intents import make_experience, make_intents  # noqa: E402
 
-from memrl.embed import HashingEmbedder, MiniLMEmbedder  # noqa: E402
-from memrl.cache import default_cache_dir  # noqa: E402
+from memrl.core.cachedir import default_cache_dir  # noqa: E402
+from memrl.core.records import EpisodeResult, Task  # noqa: E402
+from memrl.llm.embed import HashingEmbedder, MiniLMEmbedder  # noqa: E402
 from memrl.memory.bank import BankSettings  # noqa: E402
 from memrl.memory.base import LearnItem  # noqa: E402
 from memrl.memory.entry import BankUpdate, MemoryEntry  # noqa: E402
 from memrl.memory.memrl import MemRLMemory, MemRLSettings  # noqa: E402
 from memrl.memory.retrieval import phase_a  # noqa: E402
-from memrl.records import EpisodeResult, Task  # noqa: E402
 
 QUERY_SEED_OFFSET = 7919  # held-out intents come from another stream of the generator
 

@@ -18,7 +18,7 @@ Episode lengths (`--lengths`):
 - `fixed`: every game gets the tour; every episode runs all `--max-steps` steps.
 
 For each level c and each schedule the epochs run in a fresh process, exactly as
-`python -m memrl.run` wires it (memory=none unless --memory; response cache off), with
+`python -m memrl.cli run` wires it (memory=none unless --memory; response cache off), with
 `llm.max_concurrency=c` and either `runner.schedule=batch runner.batch_size=c` (the official
 code's batches: all c episodes retrieve at batch start, the next batch starts when the
 slowest ends) or `runner.schedule=async runner.max_in_flight=c` (a free pool). Each level
@@ -133,12 +133,12 @@ def run_child(args: argparse.Namespace) -> int:
     """One epoch at one concurrency level; prints one JSON line."""
     from hydra import compose, initialize_config_dir
 
-    from memrl.build import build
-    from memrl.config import validate
-    from memrl.faults import FaultTally
-    from memrl.run import freeze_startup_heap
-    from memrl.rundir import RunDir
-    from memrl.runner import Runner
+    from memrl.config.validate import validate
+    from memrl.control.runner import Runner
+    from memrl.control.session import freeze_startup_heap
+    from memrl.control.wiring import build
+    from memrl.core.rundir import RunDir
+    from memrl.llm.faults import FaultTally
     from memrl_envs.alfworld import speedups
 
     overrides = [
@@ -173,7 +173,7 @@ def run_child(args: argparse.Namespace) -> int:
         cache = speedups.sas_cache()
         if cache is not None:
             cache.clear_memory()
-    freeze_startup_heap()  # as memrl.run does before the runner starts
+    freeze_startup_heap()  # as memrl.control.session does before the runner starts
     probe = LockProbe()
     probe.install()
     runner = Runner(run_dir, env=objs.env, memory=objs.memory, llm=objs.llm, settings=v.runner,
@@ -212,8 +212,8 @@ def _http(url: str, data: bytes | None = None) -> dict[str, Any]:
 
 def expert_trajectories(args: argparse.Namespace, env: dict[str, str], work: Path) -> dict[str, Any]:
     """task id -> {start, actions, success} of ALFWorld's handcoded expert on the bench's
-    games: recorded once (a real `memrl.run agent=expert` epoch), then read from the cache."""
-    from memrl.cache import default_cache_dir
+    games: recorded once (a real `memrl.control.session agent=expert` epoch), then read from the cache."""
+    from memrl.core.cachedir import default_cache_dir
 
     folder = default_cache_dir() / BENCH_CACHE
     where = folder / f"expert_{args.split}_{args.max_steps}_{args.games}.json"
@@ -223,15 +223,15 @@ def expert_trajectories(args: argparse.Namespace, env: dict[str, str], work: Pat
             return json.loads(cached.read_text())
     run_dir = work / "expert"
     print(f"# recording the expert's trajectories once ({args.games} games): {where}", flush=True)
-    cmd = [sys.executable, "-m", "memrl.run", "env=alfworld", f"env.split={args.split}",
+    cmd = [sys.executable, "-m", "memrl.cli", "run", "env=alfworld", f"env.split={args.split}",
            f"env.max_tasks={args.games}", f"env.max_steps={args.max_steps}", "agent=expert",
            "memory=none", "embedder=hashing", "runner.epochs=1", "runner.progress=false",
            f"hydra.run.dir={run_dir}"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
         raise SystemExit(f"bench_throughput: recording the expert failed:\n{out.stderr[-3000:]}")
-    from memrl.records import iter_jsonl
-    from memrl.rundir import RunDir
+    from memrl.core.records import iter_jsonl
+    from memrl.core.rundir import RunDir
 
     table = {}
     for r in iter_jsonl(RunDir(run_dir).episodes):

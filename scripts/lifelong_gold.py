@@ -27,8 +27,8 @@ DEFAULT_OS_DATA = ROOT.parent / "shared" / "data" / "lifelong" / "os_interaction
 
 
 def _db_env(args: argparse.Namespace, server_dir: str):
-    from memrl_envs.lifelong import LifelongDbEnv
-    from memrl_envs.lifelong.db_settings import LifelongDbSettings
+    from memrl_envs.lifelong_db import LifelongDbEnv
+    from memrl_envs.lifelong_db.settings import LifelongDbSettings
 
     kw = dict(data_path=args.data or str(DEFAULT_DB_DATA), max_tasks=args.limit,
               task_ids=args.task_ids, mysql8_compat=not args.no_mysql8_compat)
@@ -44,8 +44,8 @@ def run(args: argparse.Namespace) -> int:
     from memrl_envs.lifelong.oracle import db_miss, os_miss, run_oracle
 
     if args.env == "os":
-        from memrl_envs.lifelong import LifelongOsEnv
-        from memrl_envs.lifelong.os_settings import LifelongOsSettings
+        from memrl_envs.lifelong_os import LifelongOsEnv
+        from memrl_envs.lifelong_os.settings import LifelongOsSettings
 
         settings = LifelongOsSettings(data_path=args.data or str(DEFAULT_OS_DATA), max_tasks=args.limit,
                                       task_ids=args.task_ids, rootfs_dir=args.rootfs_dir,

@@ -65,8 +65,8 @@ def bench_args(bench: str, server, tmp: Path) -> tuple[list[str], str, dict[str,
         args = [f"experiment={bench}_official", "env.max_tasks=1", "env.val_path=null", *llm]
         extra = {"LIFELONG_DATA": str(data)}
         if bench == "llb_os":
-            from memrl_envs.lifelong.os_rootfs import is_built, rootfs_path
-            from memrl_envs.lifelong.os_shell import overlay_available
+            from memrl_envs.lifelong_os.rootfs import is_built, rootfs_path
+            from memrl_envs.lifelong_os.shell import overlay_available
 
             rootfs = rootfs_path()
             why = overlay_available() or (None if is_built(rootfs) else f"{rootfs} is not built (make rootfs)")
@@ -74,7 +74,7 @@ def bench_args(bench: str, server, tmp: Path) -> tuple[list[str], str, dict[str,
                 return f"no Lifelong-OS sandbox: {why}"
             extra["MEMRL_ROOTFS_DIR"] = str(rootfs.parent)
             return args, "gold", extra
-        from memrl_envs.lifelong.db_server import find_binary
+        from memrl_envs.lifelong_db.server import find_binary
 
         if find_binary("mariadbd", "mysqld") is None:
             return "no MariaDB server binary"
@@ -86,11 +86,11 @@ def run(args: list[str], run_dir: Path, tmp: Path, extra: dict[str, str]) -> Non
     environ = dict(os.environ, MEMRL_CACHE_DIR=str(tmp / "cache"), HF_HUB_OFFLINE="1",
                    TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True",
                    NO_PROXY="127.0.0.1,localhost", **KEYS, **extra)
-    out = subprocess.run([sys.executable, "-m", "memrl.run", *args, "runner.progress=false",
+    out = subprocess.run([sys.executable, "-m", "memrl.cli", "run", *args, "runner.progress=false",
                           f"hydra.run.dir={run_dir}"], env=environ, capture_output=True, text=True,
                          timeout=1800, cwd=ROOT)
     if out.returncode != 0:
-        raise RuntimeError(f"memrl.run {' '.join(args)} exited {out.returncode}:\n{out.stderr[-3000:]}")
+        raise RuntimeError(f"memrl.control.session {' '.join(args)} exited {out.returncode}:\n{out.stderr[-3000:]}")
 
 
 def render(messages: list) -> str:
@@ -103,8 +103,8 @@ def render(messages: list) -> str:
 
 
 def show(bench: str, server, out_dir: Path) -> str:
-    from memrl.llm.cache import ResponseCache
-    from memrl.rundir import RunDir
+    from memrl.core.rundir import RunDir
+    from memrl.llm.response_cache import ResponseCache
 
     with tempfile.TemporaryDirectory(prefix=f"official-{bench}-") as t:
         tmp = Path(t)
@@ -113,7 +113,7 @@ def show(bench: str, server, out_dir: Path) -> str:
             return f"{bench}: skipped ({spec})"
         args, oracle, extra = spec
         if bench == "llb_db":
-            from memrl_envs.lifelong.db_server import MariaDBServer
+            from memrl_envs.lifelong_db.server import MariaDBServer
 
             with MariaDBServer(tmp / "mariadb"):
                 return _two_runs(bench, args, oracle, extra, tmp, out_dir, RunDir, ResponseCache)

@@ -111,9 +111,9 @@ def bcb_case(code: str, work: Path) -> tuple[dict, str]:
 
 
 def os_case(command: str, work: Path) -> tuple[dict, str]:
-    from memrl_envs.lifelong import LifelongOsEnv
-    from memrl_envs.lifelong.os_episode import Action, OsTask
-    from memrl_envs.lifelong.os_prompts import FINISH
+    from memrl_envs.lifelong_os import LifelongOsEnv
+    from memrl_envs.lifelong_os.episode import Action, OsTask
+    from memrl_envs.lifelong_os.prompts import FINISH
 
     class One:
         def next_action(self, task, history):

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def shoot(args: argparse.Namespace, tmp: Path) -> None:
-    from memrl.export import main as export_main
+    from memrl.cli.export import main as export_main
     from memrl.testing.browser import headless_browser
     from memrl.view import write_page
 

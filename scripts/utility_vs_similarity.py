@@ -7,20 +7,20 @@ bank; the only difference is Phase B. Prints and writes the result (`<out>/resul
     python scripts/utility_vs_similarity.py --design teacher --remedies   # item 2's switches
 
 Designs (the teacher bank):
-- `teacher`: the first design, the expert's episodes (`memrl.teach`), one memory per game.
+- `teacher`: the first design, the expert's episodes (`memrl.demo.teach`), one memory per game.
 - `history`: the second design, each game failed (the expert stopped after 3 steps) and then
   solved by the expert, merged with the attempt first (`--order history`) or a seeded coin
-  per game (`--order shuffled`) (`memrl.teach.history_bank`).
+  per game (`--order shuffled`) (`memrl.demo.teach.history_bank`).
 
 `--remedies` adds one MemRL run per remedy of "learning in the wrong direction" (the
 project's and the official code's own switches, `REMEDIES`); RAG has no Q, so none of them
 changes it, and its run is shared.
 
-Readings (memrl.utility_experiment): H1, injections of a memory already injected into a
+Readings (memrl.demo.utility_experiment): H1, injections of a memory already injected into a
 failure; H2, the final epoch paired over games (exact McNemar, paired bootstrap Δ) and the
 CSR-style reading across epochs with the sign test; the injections of the student's own
 failure memories per epoch; why a teacher memory lost to a failure memory (`teacher_losses`);
-the Figure-7 readings (memrl.utility_readings).
+the Figure-7 readings (memrl.metrics.utility).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ REMEDIES = {  # item 2: each a named switch that exists in MemRL's settings
 
 
 def make_teacher(design: str, order: str, out: Path, overrides: list[str]) -> Path:
-    from memrl.demo import ATTEMPT_STEPS, BASE, TEACHER_STEPS
-    from memrl.teach import history_bank, teach
+    from memrl.demo.pipeline import ATTEMPT_STEPS, BASE, TEACHER_STEPS
+    from memrl.demo.teach import history_bank, teach
 
     if design == "teacher":
         return teach(BASE + overrides + [f"env.max_steps={TEACHER_STEPS}"], out / "teacher").run_dir.resolve()
@@ -57,13 +57,18 @@ def make_teacher(design: str, order: str, out: Path, overrides: list[str]) -> Pa
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memrl.demo import BASE, METHODS as ARMS
-    from memrl.metrics import load_run, success_matrix
-    from memrl.run import execute
-    from memrl.teach import compose
-    from memrl.utility_experiment import (own_failure_injections, paired_runs, reinjected_after_failure,
-                                          teacher_losses)
-    from memrl.utility_readings import utility_readings
+    from memrl.control.session import execute
+    from memrl.demo.pipeline import BASE
+    from memrl.demo.pipeline import METHODS as ARMS
+    from memrl.demo.teach import compose
+    from memrl.demo.utility_experiment import (
+        own_failure_injections,
+        paired_runs,
+        reinjected_after_failure,
+        teacher_losses,
+    )
+    from memrl.metrics.compute import load_run, success_matrix
+    from memrl.metrics.utility import utility_readings
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--design", choices=("teacher", "history"), default="teacher")

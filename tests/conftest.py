@@ -33,7 +33,7 @@ def alfworld_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     args = ["-m", f"memory={','.join(SWEEP_METHODS)}", "env.split=valid_seen", "env.max_tasks=2",
             "env.max_steps=2", "runner.epochs=2", "llm=local", f"hydra.sweep.dir={root / 'sweep'}"]
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "memrl.run", *args], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "memrl.cli", "run", *args], env=env, capture_output=True,
                          text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
     print(f"\nalfworld_sweep: {len(SWEEP_METHODS)} runs in {time.monotonic() - t0:.0f} s")

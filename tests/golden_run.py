@@ -5,7 +5,7 @@ staleness), the bank-update log, the memory texts, the final bank, the metrics, 
 launch log and the run card's config and data fingerprint. Only wall-clock fields are left
 out (`duration_s`, timestamps).
 
-The runs go through `python -m memrl.run` on the tiny benchmark (tests/tiny_env.py) with the
+The runs go through `python -m memrl.cli run` on the tiny benchmark (tests/tiny_env.py) with the
 scripted model and the hashing embedder: MemRL in batches of 2 for 3 epochs; the same run
 stopped after 2 epochs and extended to 3 (a resume must end in the same state); MemRL under
 the async schedule with one episode in flight; RAG.
@@ -60,8 +60,8 @@ def _jsonl(path: Path) -> list[Any]:
 
 def outputs(run_dir: Path) -> dict[str, Any]:
     """What a run directory holds that must not change, wall-clock fields left out."""
+    from memrl.core.rundir import RunDir
     from memrl.memory.bankio import read_entries, resolve
-    from memrl.rundir import RunDir
 
     rd = RunDir(run_dir)
     card = json.loads(rd.card.read_text())
@@ -84,7 +84,7 @@ def produce(tmp: Path) -> dict[str, Any]:
     for name, commands in RUNS.items():
         run_dir = tmp / name
         for args in commands:
-            done = subprocess.run([sys.executable, "-m", "memrl.run", *BASE, *args, f"hydra.run.dir={run_dir}"],
+            done = subprocess.run([sys.executable, "-m", "memrl.cli", "run", *BASE, *args, f"hydra.run.dir={run_dir}"],
                                   cwd=tmp, env=_environ(tmp), capture_output=True, text=True, timeout=600)
             if done.returncode != 0:
                 raise RuntimeError(f"{name}: {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from memrl.core.records import RetrievedMemory, Task
 from memrl.llm.base import LLMError
-from memrl.records import RetrievedMemory, Task
 
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
 needs_data = pytest.mark.skipif(not ALFWORLD.is_dir(), reason=f"ALFWorld data not at {ALFWORLD}")
@@ -140,7 +140,7 @@ def test_small_listing_is_sorted_and_cached(tmp_path, monkeypatch):
     assert len(cache_files) == 1 and len(json.loads(cache_files[0].read_text())) >= 3
 
     # A second env with the same cache lists the same tasks without resetting any game.
-    import memrl_envs.alfworld.adapter as adapter
+    import memrl_envs.alfworld.env as adapter
 
     def no_reset(*a, **k):
         raise AssertionError("a game was reset although its intent is cached")
@@ -404,8 +404,8 @@ def test_auto_style_is_act_for_embedded_models_only():
 def test_a_same_game_memory_reads_as_a_continuation_of_the_episode():
     """A trajectory memory is shown in the episode's own format: its task line, then the
     '> action' / observation lines, so the current history is a prefix of it."""
+    from memrl.core.records import EpisodeResult, Step
     from memrl.memory.writer import format_trajectory
-    from memrl.records import EpisodeResult, Step
     from memrl_baselines.rag import trajectory_memory
     from memrl_envs.alfworld import prompts
 
@@ -430,7 +430,7 @@ def test_a_same_game_memory_reads_as_a_continuation_of_the_episode():
 
 
 def test_memory_text_without_trajectory_is_shown_as_stored():
-    from memrl_envs.memory_block import format_memories_as_episodes, split_trajectory
+    from memrl.env.memory_block import format_memories_as_episodes, split_trajectory
 
     assert split_trajectory("Task: a\nOutcome: failed\nReflection: look first.") == \
         ("Task: a\nOutcome: failed\nReflection: look first.", "")

@@ -1,4 +1,4 @@
-"""ALFWorld as the official code plays it (envs/alfworld/chat.py): the chat dialogue the model
+"""ALFWorld as the official code plays it (memrl_envs/alfworld/chat.py): the chat dialogue the model
 receives (`env.layout=chat`), the official memory display (`env.memory_format=official`), the
 official reading of a reply (`env.action_parse=official`) and the dialogue every episode
 leaves for its memory (`EpisodeResult.memory_trajectory`). A scripted stand-in for the game
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from memrl.core.records import RetrievedMemory, Task
 from memrl.llm.base import LLMError
-from memrl.records import RetrievedMemory, Task
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK_ID = "pick_and_place_simple-Pen-None-Shelf-1/trial_T1"
@@ -159,7 +159,8 @@ OFFICIAL = {"layout": "chat", "reply_format": "thought_action", "memory_format":
 @pytest.fixture
 def make_env(tmp_path, monkeypatch):
     """An AlfworldEnv on a one-game data folder whose game is `ScriptedGame`."""
-    from memrl_envs.alfworld import AlfworldEnv, AlfworldSettings, adapter
+    from memrl_envs.alfworld import AlfworldEnv, AlfworldSettings
+    from memrl_envs.alfworld import env as alfworld_env
 
     root = tmp_path / "data"
     (root / "json_2.1.1" / "valid_seen" / TASK_ID).mkdir(parents=True)
@@ -168,7 +169,7 @@ def make_env(tmp_path, monkeypatch):
              for t in ("put", "clean", "heat", "cool", "examine", "puttwo")}
     demos["react_put_0"] = DEMO
     (root / "react_alfworld_3prompts.json").write_text(json.dumps(demos))
-    monkeypatch.setattr(adapter, "AlfworldGame", ScriptedGame)
+    monkeypatch.setattr(alfworld_env, "AlfworldGame", ScriptedGame)
     ScriptedGame.played = []
 
     def make(**fields):

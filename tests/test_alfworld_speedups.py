@@ -1,4 +1,4 @@
-"""The TextWorld speed-ups (envs/alfworld/speedups.py) change nothing a game shows: the same
+"""The TextWorld speed-ups (memrl_envs/alfworld/speedups.py) change nothing a game shows: the same
 games played with and without them (and with a warm on-disk translation cache, in a new
 process) give identical observations, admissible commands, expert plans and outcomes."""
 

@@ -12,19 +12,19 @@ import pytest
 from tiny_env import INTENTS, TinyEnv, reply
 
 from memrl.cli.bank import main as bank_main
-from memrl.banklog import BankHistory
 from memrl.cli.bank import q_per_epoch, top_entries
-from memrl.memory.bankio import merge_entries
-from memrl.embed import HashingEmbedder
+from memrl.config.sections import RunnerSettings
+from memrl.control.runner import Runner
+from memrl.core.records import Task, iter_jsonl
+from memrl.core.rundir import RunDir
+from memrl.journal.banklog import BankHistory
 from memrl.llm.client import LLMClient
+from memrl.llm.embed import HashingEmbedder
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.bank import BankSettings, ChromaBank
-from memrl.memory.bankio import BankSourceError, read_entries, resolve
+from memrl.memory.bankio import BankSourceError, merge_entries, read_entries, resolve
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
-from memrl.records import Task, iter_jsonl
-from memrl.rundir import RunDir
-from memrl.runner import Runner, RunnerSettings
 
 EMB = HashingEmbedder(dim=32)
 

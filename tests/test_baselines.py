@@ -14,16 +14,17 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from memrl.config import validate
-from memrl.embed import HashingEmbedder
+from memrl.config.sections import RunnerSettings
+from memrl.config.validate import validate
+from memrl.control.runner import Runner
+from memrl.core.records import EpisodeResult, RetrievedMemory, Step, Task, read_episodes
+from memrl.core.rundir import RunDir
 from memrl.llm.client import LLMClient
+from memrl.llm.embed import HashingEmbedder
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.base import LearnItem
 from memrl.memory.writer import format_trajectory
-from memrl.metrics import write_metrics
-from memrl.records import EpisodeResult, RetrievedMemory, Step, Task, read_episodes
-from memrl.rundir import RunDir
-from memrl.runner import Runner, RunnerSettings
+from memrl.metrics.compute import write_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = str(ROOT / "configs")
@@ -230,7 +231,7 @@ def test_pass_at_k_stops_reattempting_solved_tasks(tmp_path, cache_dir, winning_
     assert all(not r.success for (_, t), r in recs.items() if t == GAME_B)
     assert backend.calls == sum(r.steps for r in recs.values() if not r.info.get("carried"))
     assert all(r.injected == [] for r in recs.values()) and memory.snapshot() == []
-    metrics = write_metrics(tmp_path / "run", plots=False)
+    metrics = write_metrics(tmp_path / "run")
     assert metrics["csr"] == 0.5 and metrics["csr_curve"] == [0.0, 0.5, 0.5]
 
 

@@ -10,15 +10,21 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from memrl.config import validate
+from memrl.config.validate import validate
+from memrl.core.records import RetrievedMemory
 from memrl.llm.base import LLMError
-from memrl.records import RetrievedMemory
 from memrl_envs.bigcodebench import BigCodeBenchEnv, BigCodeBenchSettings
-from memrl_envs.bigcodebench.adapter import memory_trajectory
+from memrl_envs.bigcodebench.data import BCBProblem
+from memrl_envs.bigcodebench.env import memory_trajectory
 from memrl_envs.bigcodebench.executor import CheckResult
-from memrl_envs.bigcodebench.loader import BCBProblem
-from memrl_envs.bigcodebench.prompts import (_INSTRUCT, OFFICIAL_NOTE, OFFICIAL_OPEN, build_prompt,
-                                             official_memory_block, own_task_text)
+from memrl_envs.bigcodebench.prompts import (
+    _INSTRUCT,
+    OFFICIAL_NOTE,
+    OFFICIAL_OPEN,
+    build_prompt,
+    official_memory_block,
+    own_task_text,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "fixtures" / "bigcodebench" / "tiny.jsonl"

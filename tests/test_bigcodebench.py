@@ -12,17 +12,18 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from memrl.config import ConfigError, validate
+from memrl.config.validate import validate
+from memrl.core.errors import ConfigError
+from memrl.core.records import RetrievedMemory
 from memrl.llm.base import LLMError
-from memrl.records import RetrievedMemory
 from memrl_envs.bigcodebench import BigCodeBenchEnv, BigCodeBenchSettings
-from memrl_envs.bigcodebench import loader
+from memrl_envs.bigcodebench import data as bcb_data
 from memrl_envs.bigcodebench import sandbox_runner as runner
 from memrl_envs.bigcodebench.executor import FRAME, READY, CheckResult, parse_channel, required_modules
-from memrl_envs.sandbox import SandboxResult
 from memrl_envs.bigcodebench.extract import extract_code
 from memrl_envs.bigcodebench.outcome import classify, outcome_counts
 from memrl_envs.bigcodebench.prompts import FENCE, build_prompt, task_intent
+from memrl_envs.sandbox import SandboxResult
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "fixtures" / "bigcodebench" / "tiny.jsonl"
@@ -51,7 +52,7 @@ def test_malformed_rows_are_reported_by_line_and_skipped(tmp_path):
              json.dumps(good[1])]
     path = tmp_path / "mixed.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    report = loader.read_jsonl(path)
+    report = bcb_data.read_jsonl(path)
     assert [p.task_id for p in report.problems] == ["Tiny/1", "Tiny/2"]
     skipped = "\n".join(report.skipped)
     assert len(report.skipped) == 6
@@ -74,7 +75,7 @@ def test_a_source_without_usable_rows_is_an_error(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text("nope\n{}\n")
     with pytest.raises(ValueError, match=r"no usable BigCodeBench task .*bad.jsonl:1"):
-        loader.load_problems(str(path), "hard", "v0.1.4")
+        bcb_data.load_problems(str(path), "hard", "v0.1.4")
 
 
 def test_hub_loading_goes_through_datasets(monkeypatch):
@@ -85,11 +86,11 @@ def test_hub_loading_goes_through_datasets(monkeypatch):
         return [dict(r) for r in tiny_rows()[:2]] + [{"task_id": "broken"}]
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
-    report = loader.load_problems(None, "hard", "v0.1.4")
+    report = bcb_data.load_problems(None, "hard", "v0.1.4")
     assert calls == [("bigcode/bigcodebench-hard", "v0.1.4")]
     assert [p.task_id for p in report.problems] == ["Tiny/1", "Tiny/2"]
     assert report.skipped and "row 2: missing field(s)" in report.skipped[0]
-    loader.load_problems(None, "full", "v0.1.4")
+    bcb_data.load_problems(None, "full", "v0.1.4")
     assert calls[-1] == ("bigcode/bigcodebench", "v0.1.4")
 
 
@@ -99,27 +100,27 @@ def test_hub_failure_says_what_to_do(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
     with pytest.raises(RuntimeError, match="env.data_path"):
-        loader.load_problems(None, "hard", "v0.1.4")
+        bcb_data.load_problems(None, "hard", "v0.1.4")
 
 
 # ----------------------------------------------------------------------------- division
 def test_division_is_seeded_seven_to_three_and_kept_in_a_split_file(tmp_path):
     ids = [f"BigCodeBench/{i}" for i in range(148)]
-    train, val = loader.divide(ids, 42, 0.7)
+    train, val = bcb_data.divide(ids, 42, 0.7)
     assert (len(train), len(val)) == (103, 45) and not set(train) & set(val)
-    assert loader.divide(list(reversed(ids)), 42, 0.7) == (train, val)  # input order is irrelevant
-    assert loader.divide(ids, 7, 0.7)[0] != train
+    assert bcb_data.divide(list(reversed(ids)), 42, 0.7) == (train, val)  # input order is irrelevant
+    assert bcb_data.divide(ids, 7, 0.7)[0] != train
     path = tmp_path / "split.json"
-    division = loader.load_or_create_division(path, ids, 42, 0.7)
+    division = bcb_data.load_or_create_division(path, ids, 42, 0.7)
     assert json.loads(path.read_text())["train"] == train == division.train
     # the file is the authority once written: an edited file is what the next run reads
     data = json.loads(path.read_text())
     data["train"], data["validation"] = data["train"][1:], [data["train"][0]] + data["validation"]
     path.write_text(json.dumps(data))
-    again = loader.load_or_create_division(path, ids, 42, 0.7)
+    again = bcb_data.load_or_create_division(path, ids, 42, 0.7)
     assert again.validation[0] == train[0] and len(again.train) == 102
     with pytest.raises(ValueError, match="does not assign 1 task"):
-        loader.load_or_create_division(path, ids + ["BigCodeBench/999"], 42, 0.7)
+        bcb_data.load_or_create_division(path, ids + ["BigCodeBench/999"], 42, 0.7)
 
 
 # The validation part of the paper code's Hard division (its configs/bigcodebench/splits/
@@ -136,10 +137,10 @@ def test_division_is_the_one_the_papers_code_makes():
 
     train_ids = [json.loads(x)["task_id"] for x in HARD_TRAIN.read_text().splitlines() if x.strip()]
     hard = train_ids + [f"BigCodeBench/{i}" for i in HARD_SEED42_VAL]
-    train, val = loader.divide(hard, 42, 0.7)
+    train, val = bcb_data.divide(hard, 42, 0.7)
     assert set(train) == set(train_ids) and val == [f"BigCodeBench/{i}" for i in HARD_SEED42_VAL]
     # Full, seed 123: the official runner's default split file (798 train ids), by fingerprint
-    full_train, full_val = loader.divide([f"BigCodeBench/{i}" for i in range(1140)], 123, 0.7)
+    full_train, full_val = bcb_data.divide([f"BigCodeBench/{i}" for i in range(1140)], 123, 0.7)
     assert (len(full_train), len(full_val)) == (798, 342)
     assert hashlib.sha256(",".join(full_train).encode()).hexdigest()[:16] == "e9978c7021017aba"
     assert {"BigCodeBench/582", "BigCodeBench/994"} <= set(full_train)
@@ -218,7 +219,7 @@ def memory(text: str) -> RetrievedMemory:
 
 
 def test_prompt_ends_in_an_open_python_fence_and_carries_memories():
-    problem = loader.read_jsonl(TINY).problems[1]
+    problem = bcb_data.read_jsonl(TINY).problems[1]
     plain = build_prompt(problem, "instruct", [])
     assert plain.endswith(FENCE) and problem.instruct_prompt.strip() in plain
     assert "Past experiences" not in plain
@@ -440,7 +441,7 @@ def test_canonical_agent_submits_the_reference_through_the_same_path(tmp_path):
 
 @pytest.mark.skipif(not SHARED.is_file(), reason=f"BigCodeBench data not at {SHARED}")
 def test_shared_data_loads_whole():
-    report = loader.read_jsonl(SHARED)
+    report = bcb_data.read_jsonl(SHARED)
     assert len(report.problems) == 103 and not report.skipped
     env = bcb_env(data_path=SHARED, part="all", executor=StubExecutor())
     tasks = env.tasks()

@@ -339,7 +339,7 @@ def task_func(a, b):
 
 
 # ----------------------------------------------------------------------------- the verdict
-# The checker reports on a channel of its own (envs/bigcodebench/sandbox_runner.py): a pipe
+# The checker reports on a channel of its own (memrl_envs/bigcodebench/sandbox_runner.py): a pipe
 # the code under test has no descriptor of, held by a non-dumpable process, and the verdict is
 # the checker's exit status. Honest output of any shape never changes it; forged lines on
 # every descriptor the code can reach do not make a pass.

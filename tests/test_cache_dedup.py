@@ -1,4 +1,4 @@
-"""In-flight deduplication of model calls on a shared response cache (memrl.llm.cache claims,
+"""In-flight deduplication of model calls on a shared response cache (memrl.llm.response_cache claims,
 memrl.llm.client): threads of one process and separate processes asking for the same
 request while it is in flight pay for it once."""
 
@@ -13,10 +13,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-
 from memrl.llm.base import LLMError, LLMRequest
-from memrl.llm.cache import ResponseCache, request_key
 from memrl.llm.client import LLMClient
+from memrl.llm.response_cache import ResponseCache, request_key
 from memrl.llm.scripted import ScriptedBackend
 
 
@@ -114,7 +113,7 @@ CHILD = textwrap.dedent("""
     import json, sys, time
     from concurrent.futures import ThreadPoolExecutor
     from memrl.llm.base import LLMRequest
-    from memrl.llm.cache import ResponseCache
+    from memrl.llm.response_cache import ResponseCache
     from memrl.llm.client import LLMClient
     from memrl.llm.scripted import ScriptedBackend
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from memrl.cli import main as memrl_main
-from memrl.records import read_episodes
-from memrl.rundir import RunDir
+from memrl.core.records import read_episodes
+from memrl.core.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_CONFIGS = REPO / "tests" / "fixtures" / "configs"
@@ -63,8 +63,8 @@ def test_memrl_run_resume_rules_and_tools(tmp_path, capsys):
     capsys.readouterr()
     assert memrl_main(["bank", "top", str(rd), "-n", "2", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == 2
-    # the old spellings still work
-    for module in ("memrl.report", "memrl.metrics", "memrl.cache"):
-        p = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True,
+    # one spelling for every command: `memrl <command>` = `python -m memrl.cli <command>`
+    for command in ("report", "metrics", "cache", "view", "export", "plan", "status", "teach", "demo"):
+        p = subprocess.run([sys.executable, "-m", "memrl.cli", command, "--help"], capture_output=True, text=True,
                            timeout=120, env={**os.environ})
-        assert p.returncode == 0 and "usage:" in p.stdout, (module, p.stderr[-500:])
+        assert p.returncode == 0 and ("usage:" in p.stdout or "memrl teach" in p.stdout), (command, p.stderr[-500:])

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from memrl.config import ConfigError, validate
-from memrl.rundir import RunDir
+from memrl.config.validate import validate
+from memrl.core.errors import ConfigError
+from memrl.core.rundir import RunDir
 
 CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
@@ -73,7 +74,7 @@ def test_missing_data_path_names_the_key(tmp_path):
 
 def test_cli_rejects_bad_value_before_building_anything(tmp_path):
     env = dict(os.environ, ALFWORLD_DATA=str(ALFWORLD))
-    out = subprocess.run([sys.executable, "-m", "memrl.run", "memory.lam=1.5",
+    out = subprocess.run([sys.executable, "-m", "memrl.cli", "run", "memory.lam=1.5",
                           f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True,
                          env=env, timeout=120)
     assert out.returncode == 2
@@ -82,7 +83,7 @@ def test_cli_rejects_bad_value_before_building_anything(tmp_path):
 
 
 def test_cli_unknown_group_option_is_a_clear_error(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "memrl.run", "memory=nonexistent",
+    out = subprocess.run([sys.executable, "-m", "memrl.cli", "run", "memory=nonexistent",
                           f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode != 0
@@ -101,7 +102,7 @@ def test_memrl_variant_configs():
 def test_resume_refuses_a_different_config_but_allows_exempt_keys(tmp_path):
     import json
 
-    from memrl.runcard import check_resume
+    from memrl.journal.runcard import check_resume
 
     config = {"memory": {"lam": 0.5, "alpha": 0.3}, "runner": {"epochs": 2, "progress": True}, "seed": 0}
     card = RunDir(tmp_path).card

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memrl.rundir import RunDir
+from memrl.core.rundir import RunDir
 
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
 
@@ -33,7 +33,7 @@ def _env(cache: Path) -> dict[str, str]:
 
 
 def run(args: list[str], cache: Path, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memrl.run", *args], env=_env(cache),
+    return subprocess.run([sys.executable, "-m", "memrl.cli", "run", *args], env=_env(cache),
                           capture_output=True, text=True, timeout=1800, **kw)
 
 
@@ -78,7 +78,7 @@ def test_memrl_end_to_end_then_replay_from_cache(tmp_path):
     # no call: every request of the replay is a hit (the first run's own repeats were hits
     # already: the embedded model's greedy answers are cached without their seed); the
     # preflight's calls, one per purpose (the action, the writer), go past the cache by design
-    # (memrl.preflight) and are counted apart
+    # (memrl.control.preflight) and are counted apart
     assert card_b["llm_totals"]["calls"] == 0 and card_b["llm_totals"]["probes"] == 2
     assert card_b["llm_totals"]["cache_hits"] == card["llm_totals"]["requests"]
     assert json.loads(RunDir(tmp_path / "b").metrics.read_text()) == metrics
@@ -91,7 +91,7 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
     assert ref.returncode == 0, ref.stderr[-3000:]
 
     run_dir = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "memrl.run", *args, f"hydra.run.dir={run_dir}"]
+    cmd = [sys.executable, "-m", "memrl.cli", "run", *args, f"hydra.run.dir={run_dir}"]
     env = _env(tmp_path / "cache_killed")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     episodes = RunDir(run_dir).episodes

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memrl.rundir import RunDir
+from memrl.core.rundir import RunDir
 from memrl_envs.sandbox import bwrap_available
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bigcodebench" / "bigcodebench_hard_train.jsonl"
@@ -34,7 +34,7 @@ BASE = ["env=bigcodebench", f"env.data_path={DATA}", "env.part=all", f"env.task_
 def run(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, MEMRL_CACHE_DIR=str(tmp / "cache"), HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
-    return subprocess.run([sys.executable, "-m", "memrl.run", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "memrl.cli", "run", *args], env=env, capture_output=True,
                           text=True, timeout=1200)
 
 

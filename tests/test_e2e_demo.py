@@ -1,5 +1,5 @@
 """The demo's effect, end to end on real ALFWorld games with the real embedded model at
-temperature 0 (`python -m memrl.demo`, the flow behind `make demo`): ALFWorld's expert plays
+temperature 0 (`python -m memrl.cli demo`, the flow behind `make demo`): ALFWorld's expert plays
 the games twice, stopped after 3 steps (a failed attempt) and whole, and the two become a
 history bank (each game's failed attempt the older of its two memories, both at similarity 1);
 the embedded model then plays the games with MemRL and RAG, each writing every episode, and
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from memrl.rundir import RunDir
+from memrl.core.rundir import RunDir
 
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
 
@@ -49,7 +49,7 @@ def test_memrl_stops_injecting_a_memory_that_failed_where_rag_keeps_it_and_solve
     out = tmp_path / "demo"
     env = dict(os.environ, ALFWORLD_DATA=str(ALFWORLD), MEMRL_CACHE_DIR=str(tmp_path / "cache"),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
-    cmd = [sys.executable, "-m", "memrl.demo", "--out", str(out), "--bench-prompts", "0",
+    cmd = [sys.executable, "-m", "memrl.cli", "demo", "--out", str(out), "--bench-prompts", "0",
            "env.max_tasks=null", f"env.task_ids=[{','.join(GAMES)}]", "env.max_steps=8",
            "runner.epochs=3", "runner.progress=false"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from memrl.rundir import RunDir
-from memrl_envs.lifelong.db_server import MariaDBServer, find_binary
+from memrl.core.rundir import RunDir
+from memrl_envs.lifelong_db.server import MariaDBServer, find_binary
 
 LIFELONG = Path(__file__).resolve().parents[2] / "shared" / "data" / "lifelong"
 
@@ -42,7 +42,7 @@ def test_memrl_on_lifelong_db_end_to_end(tmp_path, mariadb):
     env = dict(os.environ, LIFELONG_DATA=str(LIFELONG), MEMRL_CACHE_DIR=str(tmp_path / "cache"),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
     run_dir = tmp_path / "run"
-    out = subprocess.run([sys.executable, "-m", "memrl.run", *ARGS, f"env.server_dir={mariadb.base_dir}",
+    out = subprocess.run([sys.executable, "-m", "memrl.cli", "run", *ARGS, f"env.server_dir={mariadb.base_dir}",
                           f"hydra.run.dir={run_dir}"], env=env, capture_output=True, text=True, timeout=1500)
     assert out.returncode == 0, out.stderr[-3000:]
 

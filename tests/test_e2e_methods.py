@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memrl.rundir import RunDir
+from memrl.core.rundir import RunDir
 
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
 
@@ -35,7 +35,7 @@ def test_method_end_to_end(tmp_path, method):
             "runner.epochs=2", "llm=local", "runner.progress=false", f"hydra.run.dir={run_dir}"]
     if method == "pass_at_k":
         args.append("llm.temperature=0.7")  # independent attempts need sampling
-    out = subprocess.run([sys.executable, "-m", "memrl.run", *args], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "memrl.cli", "run", *args], env=env, capture_output=True,
                          text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
     metrics = json.loads(RunDir(run_dir).metrics.read_text())

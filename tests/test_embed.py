@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memrl.embed import CachedEmbedder, Embedder, HashingEmbedder, MiniLMEmbedder, build_embedder
+from memrl.llm.embed import CachedEmbedder, Embedder, HashingEmbedder, MiniLMEmbedder, build_embedder
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +122,7 @@ def test_litellm_embedder_against_local_server(monkeypatch) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        from memrl.embed import LiteLLMEmbedder
+        from memrl.llm.embed import LiteLLMEmbedder
 
         base = f"http://127.0.0.1:{server.server_address[1]}/v1"
         emb = LiteLLMEmbedder("openai/e", api_base=base, api_key_env="FAKE_KEY", batch_size=2)

@@ -1,4 +1,4 @@
-"""The env contract (envs/base.py), the same for every benchmark: each env is composed from its
+"""The env contract (memrl/env/base.py), the same for every benchmark: each env is composed from its
 config group and validated as a run does it, built from its settings whole, lists its tasks,
 has its oracle solve one on real data (or the test fixture) and is closed. An env whose
 system prerequisite is missing here skips with the reason."""
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from memrl.build import eval_settings
-from memrl.config import validate
+from memrl.config.validate import validate
+from memrl.control.wiring import eval_settings
+from memrl.core.records import OUTCOMES, EpisodeResult, RetrievedMemory
+from memrl.env.base import Env, EnvSettings
 from memrl.llm.base import LLMRequest, content_text
-from memrl.records import OUTCOMES, EpisodeResult, RetrievedMemory
-from memrl_envs.base import Env, EnvSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -46,8 +46,8 @@ def _bigcodebench() -> str | None:
 
 
 def _lifelong_os() -> str | None:
-    from memrl_envs.lifelong.os_rootfs import is_built, rootfs_path
-    from memrl_envs.lifelong.os_shell import overlay_available
+    from memrl_envs.lifelong_os.rootfs import is_built, rootfs_path
+    from memrl_envs.lifelong_os.shell import overlay_available
 
     why = overlay_available()
     if why is None and not is_built(rootfs_path()):
@@ -56,7 +56,7 @@ def _lifelong_os() -> str | None:
 
 
 def _lifelong_db() -> str | None:
-    from memrl_envs.lifelong.db_server import find_binary
+    from memrl_envs.lifelong_db.server import find_binary
 
     if find_binary("mariadbd", "mysqld") is None:
         return "no MariaDB server binary (apt-get install -y mariadb-server)"
@@ -135,6 +135,6 @@ def test_every_env_keeps_the_contract(name: str, tmp_path) -> None:
         env.close()
     env.close()  # closing twice is harmless
     if name == "lifelong_db":
-        from memrl_envs.lifelong.db_server import MariaDBServer
+        from memrl_envs.lifelong_db.server import MariaDBServer
 
         assert not MariaDBServer(tmp_path / "mariadb").is_running()  # the env stopped its server

@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from memrl.banklog import BankHistory
-from memrl.llm.cache import ResponseCache, payload_key
-from memrl.memtexts import MemoryTexts, read_texts, text_hash
-from memrl.records import iter_jsonl, read_episodes
-from memrl.rundir import RunDir
 from test_runner import finish, make_runner
+
+from memrl.core.records import iter_jsonl, read_episodes, text_hash
+from memrl.core.rundir import RunDir
+from memrl.journal.banklog import BankHistory
+from memrl.journal.memtexts import MemoryTexts, read_texts
+from memrl.llm.response_cache import ResponseCache, payload_key
 
 
 def test_records_name_texts_written_memories_and_prompts(tmp_path):
@@ -146,8 +146,8 @@ def test_old_run_without_bank_log_is_not_covered(tmp_path):
 
 
 def test_cache_prompt_shows_a_records_model_call(tmp_path, capsys):
-    from memrl.cache import LLM_CACHE
     from memrl.cli.cache import main as cache_main
+    from memrl.core.cachedir import LLM_CACHE
 
     finish(tmp_path / "a", epochs=1, cache=ResponseCache(tmp_path / "c" / LLM_CACHE))
     rec = read_episodes(RunDir(tmp_path / "a").episodes)[2]

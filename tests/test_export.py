@@ -9,19 +9,19 @@ import json
 
 import pytest
 
-from memrl.cache import LLM_CACHE
 from memrl.cli import main as memrl_main
-from memrl.memtexts import read_texts
-from memrl.metrics import compute_metrics
-from memrl.records import read_episodes
-from memrl.rundir import RunDir
+from memrl.core.cachedir import LLM_CACHE
+from memrl.core.records import read_episodes
+from memrl.core.rundir import RunDir
+from memrl.journal.memtexts import read_texts
+from memrl.metrics.compute import compute_metrics
 
 inspect_log = pytest.importorskip("inspect_ai.log", reason="the inspect extra is not installed")
 
 
 @pytest.mark.slow
 def test_export_reads_back_with_counts_and_fields(alfworld_sweep, tmp_path, capsys):
-    from memrl.llm.cache import ResponseCache
+    from memrl.llm.response_cache import ResponseCache
 
     out = tmp_path / "logs"
     cache = alfworld_sweep["cache"] / LLM_CACHE
@@ -90,9 +90,10 @@ def test_transfer_run_gets_one_log_per_evaluation(tmp_path):
     """A transfer run: training logs and one log per held-out evaluation; the memories'
     texts resolve in both; without the response cache the samples say how many calls they
     could not show."""
-    from memrl.export.inspect_logs import export_run
-    from memrl.records import Task
     from test_runner import make_runner
+
+    from memrl.core.records import Task
+    from memrl.export.inspect_logs import export_run
 
     runner, env, _, _ = make_runner(tmp_path / "run", epochs=2, batch_size=2)
     held_out = [Task(f"v{i}", f"stack the red block number {i} on the table") for i in range(3)]

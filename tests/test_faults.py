@@ -2,7 +2,7 @@
 to by litellm, the LLM client's retries, the ALFWorld env, the runner and the run card.
 
 Fast tests check the server and each fault class through litellm + LLMClient; the slow test
-runs `python -m memrl.run` on real ALFWorld games with 20% of calls faulted."""
+runs `python -m memrl.cli run` on real ALFWorld games with 20% of calls faulted."""
 
 from __future__ import annotations
 
@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from memrl.faults import FaultTally, episode_summary, error_kind
+from memrl.core.rundir import RunDir
 from memrl.llm.base import LLMError, LLMRequest
 from memrl.llm.client import LLMClient, retry_after_seconds
-from memrl.rundir import RunDir
-from memrl.testing.fault_server import (FAULTS, NO_ACTION_REPLY, TRANSIENT_FAULTS, FaultPlan, FaultServer,
-                                        reply_for)
+from memrl.llm.faults import FaultTally, episode_summary, error_kind
+from memrl.testing.fault_server import FAULTS, NO_ACTION_REPLY, TRANSIENT_FAULTS, FaultPlan, FaultServer, reply_for
 
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
 KEY_ENV = "MEMRL_FAULT_TEST_KEY"
@@ -171,7 +170,7 @@ def test_an_empty_reply_is_a_transient_fault_never_cached(client_for, tmp_path):
     """Issue 13.6. Before: HTTP 200 with empty content was the answer, cached, and it fed Q.
     Now: retried like a 503, counted as a fault, never cached; one that outlasts the retries
     fails the call."""
-    from memrl.llm.cache import ResponseCache
+    from memrl.llm.response_cache import ResponseCache
 
     cache = ResponseCache(tmp_path / "llm.sqlite")
     with FaultServer(FaultPlan(rates={"empty_content": 1.0}, cure_after=2)) as server:
@@ -231,9 +230,9 @@ def _alfworld_tasks(cache: Path, n: int) -> list:
 @pytest.mark.slow
 @pytest.mark.skipif(not ALFWORLD.is_dir(), reason=f"ALFWorld data not at {ALFWORLD}")
 def test_alfworld_run_with_20_percent_faults_records_everything(tmp_path):
+    from memrl.env.memory_block import MEMORY_OPEN
     from memrl.memory.bank import ChromaBank
     from memrl.memory.retrieval import update_q
-    from memrl_envs.memory_block import MEMORY_OPEN
 
     cache, run_dir = tmp_path / "cache", tmp_path / "run"
     n_tasks, epochs, max_steps = 4, 2, 10
@@ -258,7 +257,7 @@ def test_alfworld_run_with_20_percent_faults_records_everything(tmp_path):
         env = dict(os.environ, ALFWORLD_DATA=str(ALFWORLD), MEMRL_CACHE_DIR=str(cache),
                    HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True",
                    **{KEY_ENV: "not-a-real-key"})
-        proc = subprocess.run([sys.executable, "-m", "memrl.run", *args], env=env,
+        proc = subprocess.run([sys.executable, "-m", "memrl.cli", "run", *args], env=env,
                               capture_output=True, text=True, timeout=600)
         injected = server.counts()
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -338,7 +337,7 @@ def test_expert_reply_mode_plays_the_recorded_trajectory_of_the_game_in_the_prom
     """Issue 16 (bench with stragglers): the server answers a real ReAct prompt with the next
     action of that game's recorded expert, so the episode ends when the expert's did; a game
     it has no trajectory for, or a step past it, gets the tour."""
-    from memrl.records import Step
+    from memrl.core.records import Step
     from memrl_envs.alfworld.prompts import build_prompt, format_task_start
 
     start = format_task_start(ROOM, "put a mug in the cabinet.")

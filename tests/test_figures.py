@@ -10,13 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_report import MATRICES, runs_dir, write_run  # noqa: F401  (runs_dir: a fixture)
 
 from memrl import report as R
-from memrl.metrics import wilson
+from memrl.metrics.compute import wilson
 from memrl.report import figures as F
+from memrl.report.plots import write_run_plots
 from memrl.report.series import curve_band, q_calibration_rows
 from memrl.report.stats import task_bootstrap
-from test_report import MATRICES, runs_dir, write_run  # noqa: F401  (runs_dir: a fixture)
 
 
 @pytest.fixture()
@@ -106,10 +107,9 @@ def test_q_calibration_points_carry_n_and_wilson(tmp_path, runs_dir, captured):
 
 
 def test_per_run_plots_name_the_run_and_show_wilson(tmp_path):
-    from memrl.metrics import write_metrics
-    from memrl.rundir import RunDir
-
-    import memrl.plots as P
+    import memrl.report.plots as P
+    from memrl.core.rundir import RunDir
+    from memrl.metrics.compute import write_metrics
 
     d = write_run(tmp_path / "run", memory="memrl", seed=3, S=MATRICES[("memrl", 0)])
 
@@ -123,7 +123,8 @@ def test_per_run_plots_name_the_run_and_show_wilson(tmp_path):
 
     P.plt.subplots = spy
     try:
-        write_metrics(d, plots=True)
+        write_metrics(d)
+        write_run_plots(d)
     finally:
         P.plt.subplots = real
     assert {p.name for p in RunDir(d).plots.glob("*.png")} == {"sr.png", "csr.png", "forgetting.png",

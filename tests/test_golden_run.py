@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from golden_run import GOLDEN, RUNS, produce
 
 pytestmark = pytest.mark.slow

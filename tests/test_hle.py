@@ -13,21 +13,28 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from memrl.embed import HashingEmbedder
+from memrl.config.sections import RunnerSettings
+from memrl.control.runner import Runner
+from memrl.core.records import RetrievedMemory, read_episodes
+from memrl.core.rundir import RunDir
 from memrl.llm.base import ImagePart, LLMRequest, TextPart, content_text, has_images
-from memrl.llm.cache import ResponseCache
 from memrl.llm.client import LLMClient
+from memrl.llm.embed import HashingEmbedder
+from memrl.llm.response_cache import ResponseCache
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
-from memrl.metrics import compute_metrics
-from memrl.records import RetrievedMemory, read_episodes
-from memrl.rundir import RunDir
-from memrl.runner import Runner, RunnerSettings
+from memrl.metrics.compute import compute_metrics
 from memrl_envs.hle import HLEEnv
 from memrl_envs.hle.data import HLEQuestion, Selection, load, normalise_image, rank, select
 from memrl_envs.hle.judge import JudgeError, build_prompt, parse_verdict
-from memrl_envs.hle.prompts import (CHOICE_SYSTEM, EXACT_SYSTEM, MEMORY_OPEN, build_messages,
-                                    parse_answer, parse_confidence)
+from memrl_envs.hle.prompts import (
+    CHOICE_SYSTEM,
+    EXACT_SYSTEM,
+    MEMORY_OPEN,
+    build_messages,
+    parse_answer,
+    parse_confidence,
+)
 from memrl_envs.hle.settings import HLESettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -440,7 +447,7 @@ def compose_cfg(*overrides: str):
 
 
 def test_env_config_builds_the_env_and_its_judge(tmp_path, monkeypatch) -> None:
-    from memrl.config import validate
+    from memrl.config.validate import validate
 
     monkeypatch.setenv("MEMRL_CACHE_DIR", str(tmp_path))
     v = validate(compose_cfg("env=hle", f"env.data_path={FIXTURE}", "env.judge.backend=scripted",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from memrl.rundir import RunDir
+from memrl.core.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "hle" / "hle_fixture.jsonl"
@@ -35,7 +35,7 @@ ARGS = ["env=hle", f"env.data_path={FIXTURE}", "env.modality=text", "env.max_tas
 def run(run_dir: Path, cache: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, MEMRL_CACHE_DIR=str(cache), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                LITELLM_LOCAL_MODEL_COST_MAP="True")
-    return subprocess.run([sys.executable, "-m", "memrl.run", *ARGS, f"hydra.run.dir={run_dir}"],
+    return subprocess.run([sys.executable, "-m", "memrl.cli", "run", *ARGS, f"hydra.run.dir={run_dir}"],
                           env=env, capture_output=True, text=True, timeout=1200, cwd=ROOT)
 
 
@@ -81,7 +81,7 @@ def test_hle_two_epochs_with_the_embedded_model_as_solver_and_judge(tmp_path) ->
     assert again.returncode == 0, again.stderr[-3000:]
     card_b = json.loads(RunDir(tmp_path / "b").card.read_text())
     # no solver call: the preflight's, one per purpose (the answer, the writer), go past the
-    # cache by design (memrl.preflight) and are counted apart
+    # cache by design (memrl.control.preflight) and are counted apart
     assert card_b["llm_totals"]["calls"] == 0 and card_b["llm_totals"]["probes"] == 2
     recs_b = [json.loads(line) for line in RunDir(tmp_path / "b").episodes.read_text().splitlines()]
     assert all(r["info"]["judge"]["cache_hits"] == 1 for r in recs_b if r["info"]["judge"])

@@ -13,15 +13,22 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
+from memrl.core.records import RetrievedMemory
 from memrl.llm.base import ImagePart, LLMRequest, TextPart, content_text
 from memrl.llm.client import LLMClient
 from memrl.llm.scripted import ScriptedBackend
-from memrl.records import RetrievedMemory
 from memrl_envs.hle import HLEEnv
-from memrl_envs.hle.adapter import judge_from_settings
 from memrl_envs.hle.data import HLEQuestion, Selection, official_order, select
-from memrl_envs.hle.judge import (EXAMPLES, OFFICIAL_INSTRUCTIONS, Judge, JudgeError, build_prompt,
-                                  parse_official_verdict, parse_verdict)
+from memrl_envs.hle.env import judge_from_settings
+from memrl_envs.hle.judge import (
+    EXAMPLES,
+    OFFICIAL_INSTRUCTIONS,
+    Judge,
+    JudgeError,
+    build_prompt,
+    parse_official_verdict,
+    parse_verdict,
+)
 from memrl_envs.hle.prompts import CHOICE_SYSTEM, EXACT_SYSTEM, MEMORY_OPEN, build_messages
 from memrl_envs.hle.settings import HLESettings, JudgeSettings
 
@@ -321,7 +328,7 @@ def compose_cfg(*overrides: str):
 
 
 def test_official_preset_sets_the_official_judge_order_and_display() -> None:
-    from memrl.config import validate
+    from memrl.config.validate import validate
 
     official = validate(compose_cfg("experiment=hle_official", f"env.data_path={FIXTURE}")).env
     assert (official.order, official.order_seed, official.memory_format) == ("official", 42, "official")

@@ -1,7 +1,7 @@
 """Every paper and official preset on the models it names, as those providers behave
 (memrl.testing.provider: gpt-5-mini and o3-mini spend hidden reasoning from the completion
 budget and refuse what they do not take, gpt-4o / gpt-4o-mini, Gemini 3 Pro thinking about
-10k tokens a call, text-embedding-3-large), end to end through `python -m memrl.run`: two
+10k tokens a call, text-embedding-3-large), end to end through `python -m memrl.cli run`: two
 tasks, one epoch, on each benchmark's real environment.
 
 Each run must record every episode, none errored; no reply may come back empty or cut at its
@@ -18,10 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_official_e2e import ALFWORLD, BCB, HLE, LIFELONG, ROOT, lifelong_os_rootfs
 
-from memrl.rundir import RunDir
+from memrl.core.rundir import RunDir
 from memrl.testing.fault_server import FaultServer
 
 KEYS = {"OPENAI_API_KEY": "sk-emulated", "GEMINI_API_KEY": "gm-emulated"}
@@ -41,7 +40,7 @@ def run(server: FaultServer, args: list[str], tmp: Path, **env: str) -> tuple[su
     environ = dict(os.environ, MEMRL_CACHE_DIR=str(tmp / "cache"), HF_HUB_OFFLINE="1",
                    TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True",
                    NO_PROXY="127.0.0.1,localhost", **KEYS, **env)
-    out = subprocess.run([sys.executable, "-m", "memrl.run", *args, "runner.epochs=1", "env.max_tasks=2",
+    out = subprocess.run([sys.executable, "-m", "memrl.cli", "run", *args, "runner.epochs=1", "env.max_tasks=2",
                           "runner.progress=false", f"embedder.api_base={server.api_base}",
                           f"hydra.run.dir={run_dir}"],
                          env=environ, capture_output=True, text=True, timeout=1200, cwd=ROOT)
@@ -138,7 +137,7 @@ def test_lifelong_os_presets_on_gpt4o_mini(provider, tmp_path, preset):
 
 @pytest.mark.parametrize("preset", ["llb_db_paper", "llb_db_official"])
 def test_lifelong_db_presets_on_gpt4o_mini(provider, tmp_path, preset):
-    from memrl_envs.lifelong.db_server import MariaDBServer, find_binary
+    from memrl_envs.lifelong_db.server import MariaDBServer, find_binary
 
     if not (LIFELONG / "db_train.json").is_file():
         pytest.skip(f"no Lifelong DB data at {LIFELONG}")
@@ -180,7 +179,7 @@ def test_the_plan_of_alfworld_paper_runs_and_its_tokens_are_within_25_percent_of
                    TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True", NO_PROXY="127.0.0.1,localhost",
                    ALFWORLD_DATA=str(ALFWORLD), **KEYS)
     plan_file = tmp_path / "plan.json"
-    planned = subprocess.run([sys.executable, "-m", "memrl.plan", "--pilot-tasks", "2", "--pilot-dir",
+    planned = subprocess.run([sys.executable, "-m", "memrl.cli", "plan", "--pilot-tasks", "2", "--pilot-dir",
                               str(tmp_path / "pilots"), "--json", str(plan_file), *args],
                              env=environ, capture_output=True, text=True, timeout=1200, cwd=ROOT)
     assert planned.returncode == 0, planned.stderr[-3000:]
@@ -189,7 +188,7 @@ def test_the_plan_of_alfworld_paper_runs_and_its_tokens_are_within_25_percent_of
     assert plan["cost_usd"] < plan["cost_usd_no_cache"]  # the pilot saw prompt caching
     assert "with the pilot's prompt caching" in planned.stdout
     run_dir = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "memrl.run", *args, f"hydra.run.dir={run_dir}"], env=environ,
+    done = subprocess.run([sys.executable, "-m", "memrl.cli", "run", *args, f"hydra.run.dir={run_dir}"], env=environ,
                           capture_output=True, text=True, timeout=1200, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     records = [json.loads(x) for x in RunDir(run_dir).episodes.read_text().splitlines()]

@@ -15,7 +15,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from memrl.runcard import base_card, installed_fingerprint, installed_set
+from memrl.journal.runcard import base_card, installed_fingerprint, installed_set
 
 REPO = Path(__file__).resolve().parents[1]
 # packages whose version can change results, or that the project patches

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from memrl_envs.lifelong import loader
-from memrl_envs.lifelong.db_data import LITERAL_FIELDS, DbTask, check_row
-from memrl_envs.lifelong.db_dialect import delete_alias, keep_group_order, to_mariadb
-from memrl_envs.lifelong.db_prompts import Turn, build_prompt, parse_action
-from memrl_envs.lifelong.db_scoring import direct_answer_matches, table_hash_sql, tuple_spans
-from memrl_envs.lifelong.db_settings import LifelongDbSettings
-from memrl.records import RetrievedMemory
+from memrl.core.records import RetrievedMemory
+from memrl_envs.lifelong import data as lifelong_data
+from memrl_envs.lifelong_db.data import LITERAL_FIELDS, DbTask, check_row
+from memrl_envs.lifelong_db.dialect import delete_alias, keep_group_order, to_mariadb
+from memrl_envs.lifelong_db.prompts import Turn, build_prompt, parse_action
+from memrl_envs.lifelong_db.scoring import direct_answer_matches, table_hash_sql, tuple_spans
+from memrl_envs.lifelong_db.settings import LifelongDbSettings
 
 DB_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "lifelong" / "db_train.json"
 
@@ -51,7 +51,7 @@ def test_loader_skips_malformed_rows_and_names_their_keys(tmp_path, caplog):
     path = tmp_path / "db.json"
     path.write_text(json.dumps(rows))
     with caplog.at_level("WARNING"):
-        loaded = loader.load_samples(path, literal_fields=LITERAL_FIELDS, validate=check_row)
+        loaded = lifelong_data.load_samples(path, literal_fields=LITERAL_FIELDS, validate=check_row)
     assert loaded.keys == ["2", "10"]  # numeric order, not text order
     assert loaded.rows["2"]["answer_info"]["md5"] == "0" * 32  # the literal string was parsed
     skipped = {s.key: s.reason for s in loaded.skipped}
@@ -66,50 +66,50 @@ def test_loader_reads_jsonl_rows_with_sample_index(tmp_path):
     path = tmp_path / "db.jsonl"
     lines = [json.dumps({"sample_index": 7, **good_row()}), "{broken", json.dumps({"sample_index": 1, **good_row()})]
     path.write_text("\n".join(lines) + "\n")
-    loaded = loader.load_samples(path, literal_fields=LITERAL_FIELDS, validate=check_row)
+    loaded = lifelong_data.load_samples(path, literal_fields=LITERAL_FIELDS, validate=check_row)
     assert loaded.keys == ["1", "7"]
     assert [s.key for s in loaded.skipped] == ["line 2"]
     assert "sample_index" not in loaded.rows["1"]
 
 
 def test_loader_errors_on_unreadable_files(tmp_path):
-    with pytest.raises(loader.DataError, match="no task file"):
-        loader.load_samples(tmp_path / "missing.json")
+    with pytest.raises(lifelong_data.DataError, match="no task file"):
+        lifelong_data.load_samples(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(loader.DataError, match="not valid JSON"):
-        loader.load_samples(bad)
-    with pytest.raises(loader.DataError, match="hf://"):
-        loader.load_samples("hf://only-owner")
+    with pytest.raises(lifelong_data.DataError, match="not valid JSON"):
+        lifelong_data.load_samples(bad)
+    with pytest.raises(lifelong_data.DataError, match="hf://"):
+        lifelong_data.load_samples("hf://only-owner")
 
 
 def test_split_file_is_written_once_and_read_back(tmp_path):
     keys = [str(i) for i in range(50)]
     split_file = tmp_path / "split.json"
-    train = loader.resolve_split(keys, "train", split_file, val_fraction=0.3, seed=1)
-    val = loader.resolve_split(keys, "validation", split_file, val_fraction=0.3, seed=1)
+    train = lifelong_data.resolve_split(keys, "train", split_file, val_fraction=0.3, seed=1)
+    val = lifelong_data.resolve_split(keys, "validation", split_file, val_fraction=0.3, seed=1)
     assert len(val) == 15 and len(train) == 35 and not set(train) & set(val)
     assert set(train) | set(val) == set(keys)
     # the file, not the seed, decides from now on
     saved = json.loads(split_file.read_text())
     saved["validation"] = ["3", "4"]
     split_file.write_text(json.dumps(saved))
-    assert loader.resolve_split(keys, "validation", split_file, val_fraction=0.3, seed=99) == ["3", "4"]
-    assert loader.resolve_split(keys, "all", None) == keys
-    with pytest.raises(loader.DataError, match="other data"):
-        loader.resolve_split(keys[:3], "validation", split_file)
+    assert lifelong_data.resolve_split(keys, "validation", split_file, val_fraction=0.3, seed=99) == ["3", "4"]
+    assert lifelong_data.resolve_split(keys, "all", None) == keys
+    with pytest.raises(lifelong_data.DataError, match="other data"):
+        lifelong_data.resolve_split(keys[:3], "validation", split_file)
     # a default-located file depends on the seed
-    a = loader.resolve_split(keys, "validation", None, 0.3, seed=1, source="x.json", cache_dir=tmp_path)
-    b = loader.resolve_split(keys, "validation", None, 0.3, seed=2, source="x.json", cache_dir=tmp_path)
+    a = lifelong_data.resolve_split(keys, "validation", None, 0.3, seed=1, source="x.json", cache_dir=tmp_path)
+    b = lifelong_data.resolve_split(keys, "validation", None, 0.3, seed=2, source="x.json", cache_dir=tmp_path)
     assert a != b and len(list((tmp_path / "lifelong_splits").glob("*.json"))) == 2
 
 
 def test_select_by_ids_then_count():
     keys = ["1", "2", "3", "4"]
-    assert loader.select(keys, ["db-3", "db-1"], None, id_of=lambda k: f"db-{k}") == ["1", "3"]
-    assert loader.select(keys, None, 2) == ["1", "2"]
-    with pytest.raises(loader.DataError, match="db-9"):
-        loader.select(keys, ["db-9"], None, id_of=lambda k: f"db-{k}")
+    assert lifelong_data.select(keys, ["db-3", "db-1"], None, id_of=lambda k: f"db-{k}") == ["1", "3"]
+    assert lifelong_data.select(keys, None, 2) == ["1", "2"]
+    with pytest.raises(lifelong_data.DataError, match="db-9"):
+        lifelong_data.select(keys, ["db-9"], None, id_of=lambda k: f"db-{k}")
 
 
 # -- scoring -----------------------------------------------------------------------------
@@ -221,7 +221,7 @@ def test_settings_name_the_offending_field(tmp_path, monkeypatch):
 
 
 def test_env_rejects_unknown_agents(tmp_path):
-    from memrl_envs.lifelong import LifelongDbEnv
+    from memrl_envs.lifelong_db import LifelongDbEnv
 
     data = tmp_path / "x.json"
     data.write_text(json.dumps({"0": good_row()}))
@@ -231,7 +231,7 @@ def test_env_rejects_unknown_agents(tmp_path):
 
 @pytest.mark.skipif(not DB_DATA.is_file(), reason=f"Lifelong DB data not at {DB_DATA}")
 def test_real_task_file_loads_completely():
-    loaded = loader.load_samples(DB_DATA, literal_fields=LITERAL_FIELDS, validate=check_row)
+    loaded = lifelong_data.load_samples(DB_DATA, literal_fields=LITERAL_FIELDS, validate=check_row)
     assert len(loaded.keys) == 361 and not loaded.skipped
     tasks = [DbTask.from_row(k, r) for k, r in loaded.rows.items()]
     assert {t.answer_type for t in tasks} == {"direct", "md5"}
@@ -241,7 +241,7 @@ def test_real_task_file_loads_completely():
 def test_paper_preset_composes_and_validates(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    from memrl.config import validate
+    from memrl.config.validate import validate
 
     data = tmp_path / "db.json"
     data.write_text(json.dumps({"0": good_row()}))

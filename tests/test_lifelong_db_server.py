@@ -12,11 +12,12 @@ import pymysql
 import pytest
 
 from memrl.llm.base import LLMError
-from memrl_envs.lifelong import LifelongDbEnv
-from memrl_envs.lifelong.db_settings import LifelongDbSettings
-from memrl_envs.lifelong.db_data import DbTask
-from memrl_envs.lifelong.db_sandbox import EpisodeDatabase
-from memrl_envs.lifelong.db_server import MariaDBServer, find_binary, main as server_cli
+from memrl_envs.lifelong_db import LifelongDbEnv
+from memrl_envs.lifelong_db.data import DbTask
+from memrl_envs.lifelong_db.databases import EpisodeDatabase
+from memrl_envs.lifelong_db.server import MariaDBServer, find_binary
+from memrl_envs.lifelong_db.server import main as server_cli
+from memrl_envs.lifelong_db.settings import LifelongDbSettings
 
 DB_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "lifelong" / "db_train.json"
 needs_data = pytest.mark.skipif(not DB_DATA.is_file(), reason=f"Lifelong DB data not at {DB_DATA}")

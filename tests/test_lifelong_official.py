@@ -15,22 +15,38 @@ import pytest
 from hydra import compose, initialize_config_dir
 from pydantic import ValidationError
 
-from memrl.config import ConfigError, validate
+from memrl.config.validate import validate
+from memrl.core.errors import ConfigError
+from memrl.core.records import RetrievedMemory
+from memrl.journal.runcard import data_fingerprint
 from memrl.llm.base import LLMError
-from memrl.records import RetrievedMemory
-from memrl.runcard import data_fingerprint
-from memrl_envs.lifelong import LifelongDbEnv, LifelongOsEnv, db_env, loader
-from memrl_envs.lifelong.db_data import LITERAL_FIELDS as DB_FIELDS, DbTask, check_row as db_check
-from memrl_envs.lifelong.db_prompts import INSTRUCTION as DB_INSTRUCTION, INVALID_HELP as DB_INVALID_HELP
-from memrl_envs.lifelong.db_prompts import Turn, parse_action as db_parse
-from memrl_envs.lifelong import db_prompts, os_prompts
-from memrl_envs.lifelong.db_sandbox import ExecResult
-from memrl_envs.lifelong.db_settings import LifelongDbSettings
-from memrl_envs.lifelong.memory_context import (DB_PREAMBLE_MARKER, OS_PREAMBLE_MARKER, chat_text,
-                                                cut_failed_attempt, format_official, strip_preamble)
-from memrl_envs.lifelong.os_prompts import INSTRUCTION as OS_INSTRUCTION, INVALID_HELP as OS_INVALID_HELP
-from memrl_envs.lifelong.os_settings import LifelongOsSettings
-from memrl_envs.lifelong.os_shell import CommandResult, ShellError
+from memrl_envs.lifelong import data as lifelong_data
+from memrl_envs.lifelong.memory_context import (
+    DB_PREAMBLE_MARKER,
+    OS_PREAMBLE_MARKER,
+    chat_text,
+    cut_failed_attempt,
+    format_official,
+    strip_preamble,
+)
+from memrl_envs.lifelong_db import LifelongDbEnv
+from memrl_envs.lifelong_db import env as db_env
+from memrl_envs.lifelong_db import prompts as db_prompts
+from memrl_envs.lifelong_db.data import LITERAL_FIELDS as DB_FIELDS
+from memrl_envs.lifelong_db.data import DbTask
+from memrl_envs.lifelong_db.data import check_row as db_check
+from memrl_envs.lifelong_db.databases import ExecResult
+from memrl_envs.lifelong_db.prompts import INSTRUCTION as DB_INSTRUCTION
+from memrl_envs.lifelong_db.prompts import INVALID_HELP as DB_INVALID_HELP
+from memrl_envs.lifelong_db.prompts import Turn
+from memrl_envs.lifelong_db.prompts import parse_action as db_parse
+from memrl_envs.lifelong_db.settings import LifelongDbSettings
+from memrl_envs.lifelong_os import LifelongOsEnv
+from memrl_envs.lifelong_os import prompts as os_prompts
+from memrl_envs.lifelong_os.prompts import INSTRUCTION as OS_INSTRUCTION
+from memrl_envs.lifelong_os.prompts import INVALID_HELP as OS_INVALID_HELP
+from memrl_envs.lifelong_os.settings import LifelongOsSettings
+from memrl_envs.lifelong_os.shell import CommandResult, ShellError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "lifelong_official"
@@ -100,9 +116,9 @@ def test_validation_tasks_are_merged_at_load_time_and_counted():
 
 
 def test_merge_is_train_then_validation_and_a_shared_key_is_an_error_naming_both_files(tmp_path):
-    train = loader.load_samples(DB_TRAIN, literal_fields=DB_FIELDS, validate=db_check)
-    val = loader.load_samples(DB_VAL, literal_fields=DB_FIELDS, validate=db_check)
-    merged = loader.merge_loaded(train, val)
+    train = lifelong_data.load_samples(DB_TRAIN, literal_fields=DB_FIELDS, validate=db_check)
+    val = lifelong_data.load_samples(DB_VAL, literal_fields=DB_FIELDS, validate=db_check)
+    merged = lifelong_data.merge_loaded(train, val)
     assert merged.keys == ["2", "10", "101", "0", "1", "20"]  # train keys, then validation keys
     assert merged.origin["0"] == str(DB_VAL) and merged.origin["101"] == str(DB_TRAIN)
     # a key in both files
@@ -111,7 +127,7 @@ def test_merge_is_train_then_validation_and_a_shared_key_is_an_error_naming_both
     val_rows["10"] = val_rows.pop("0")
     (tmp_path / "os_interaction_val.json").write_text(json.dumps(val_rows))
     env = os_env(data_path=str(tmp_path / "os_interaction_train.json"), val_path="auto")
-    with pytest.raises(loader.DataError) as err:
+    with pytest.raises(lifelong_data.DataError) as err:
         env.tasks()
     msg = str(err.value)
     assert "sample 10 is in both" in msg
@@ -126,7 +142,7 @@ def test_string_order_sorts_keys_as_text_and_numeric_stays_the_default():
         ["db-0", "db-1", "db-10", "db-101", "db-2", "db-20"]
     # max_tasks takes the first tasks of the run order
     assert ids(os_env(val_path="auto", task_order="string", max_tasks=3)) == ["os-0", "os-1", "os-10"]
-    assert loader.run_order(["2", "10", "1"], "numeric") == ["2", "10", "1"]
+    assert lifelong_data.run_order(["2", "10", "1"], "numeric") == ["2", "10", "1"]
 
 
 def test_the_data_fingerprints_change_with_the_merged_set_and_the_order():
@@ -159,7 +175,7 @@ def test_hub_data_takes_its_validation_split(monkeypatch):
         calls.append((source, split))
         return [(k, {**v, "skill_list": str(v["skill_list"])}) for k, v in rows[split].items()]
 
-    monkeypatch.setattr(loader, "_read_hub", read_hub)
+    monkeypatch.setattr(lifelong_data, "_read_hub", read_hub)
     env = os_env(data_path="hf://someone/llb/os", val_path="auto")
     assert ids(env) == ["os-0", "os-1", "os-2", "os-3", "os-10", "os-11", "os-21", "os-100"]
     assert calls == [("hf://someone/llb/os", "train"), ("hf://someone/llb/os", "validation")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from memrl.records import EpisodeResult, Task
+from memrl.core.records import EpisodeResult, Task
 from memrl_envs.lifelong.oracle import run_oracle
 
 

@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from memrl.config import ConfigError, validate
+from memrl.config.validate import validate
+from memrl.core.errors import ConfigError
+from memrl.core.records import RetrievedMemory, Step
 from memrl.llm.base import LLMError
-from memrl.records import RetrievedMemory, Step
-from memrl_envs.lifelong import LifelongOsEnv
-from memrl_envs.lifelong.os_settings import LifelongOsSettings
-from memrl_envs.lifelong.os_episode import ENV_ERROR, FAILED, LLM_ERROR, SUCCESS
-from memrl_envs.lifelong.os_prompts import FINISH, INVALID_MARK, build_prompt, format_observation, parse_action
-from memrl_envs.lifelong.os_rootfs import RootfsSpec, _debian_uris
-from memrl_envs.lifelong.os_shell import CommandResult, ShellError
+from memrl_envs.lifelong_os import LifelongOsEnv
+from memrl_envs.lifelong_os.episode import ENV_ERROR, FAILED, LLM_ERROR, SUCCESS
+from memrl_envs.lifelong_os.prompts import FINISH, INVALID_MARK, build_prompt, format_observation, parse_action
+from memrl_envs.lifelong_os.rootfs import RootfsSpec, _debian_uris
+from memrl_envs.lifelong_os.settings import LifelongOsSettings
+from memrl_envs.lifelong_os.shell import CommandResult, ShellError
 
 CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "lifelong" / "os_interaction_train.json"

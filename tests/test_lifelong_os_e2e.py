@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from memrl.rundir import RunDir
-from memrl_envs.lifelong.os_rootfs import RootfsError, build_rootfs, is_built, rootfs_path
-from memrl_envs.lifelong.os_shell import overlay_available
+from memrl.core.rundir import RunDir
+from memrl_envs.lifelong_os.rootfs import RootfsError, build_rootfs, is_built, rootfs_path
+from memrl_envs.lifelong_os.shell import overlay_available
 
 LIFELONG = Path(__file__).resolve().parents[2] / "shared" / "data" / "lifelong"
 _WHY = overlay_available()
@@ -50,7 +50,7 @@ def test_memrl_on_os_tasks_two_epochs(tmp_path, rootfs):
     args = ["env=lifelong_os", "llm=local", "embedder=minilm", "memory.delta=auto", "env.max_tasks=3",
             "env.max_steps=3", "env.max_tokens=96", "runner.epochs=2", "runner.progress=false",
             f"hydra.run.dir={run_dir}"]
-    out = subprocess.run([sys.executable, "-m", "memrl.run", *args], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "memrl.cli", "run", *args], env=env, capture_output=True, text=True,
                          timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
     metrics = json.loads(RunDir(run_dir).metrics.read_text())

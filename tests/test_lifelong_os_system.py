@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from memrl_envs.lifelong import LifelongOsEnv
-from memrl_envs.lifelong.os_settings import LifelongOsSettings
-from memrl_envs.lifelong.os_episode import FAILED, SUCCESS, Action, OsTask
-from memrl_envs.lifelong.os_prompts import FINISH
-from memrl_envs.lifelong.os_rootfs import RootfsError, build_rootfs, is_built, rootfs_path
-from memrl_envs.lifelong.os_shell import OverlayShell, ShellError, overlay_available
+from memrl_envs.lifelong_os import LifelongOsEnv
+from memrl_envs.lifelong_os.episode import FAILED, SUCCESS, Action, OsTask
+from memrl_envs.lifelong_os.prompts import FINISH
+from memrl_envs.lifelong_os.rootfs import RootfsError, build_rootfs, is_built, rootfs_path
+from memrl_envs.lifelong_os.settings import LifelongOsSettings
+from memrl_envs.lifelong_os.shell import OverlayShell, ShellError, overlay_available
 from memrl_envs.sandbox import Limits, cgroup_support, run_isolated
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "lifelong" / "os_interaction_train.json"
@@ -279,7 +279,7 @@ def test_killed_harness_leaves_no_process_behind(rootfs, pristine, tmp_path):
     tag = f"memrl-orphan-{uuid.uuid4().hex[:8]}"
     code = textwrap.dedent(f"""
         import sys, time
-        from memrl_envs.lifelong.os_shell import OverlayShell
+        from memrl_envs.lifelong_os.shell import OverlayShell
         sh = OverlayShell({str(rootfs)!r}, scratch_dir={str(tmp_path)!r})
         sh.run("bash -c 'exec -a {tag} sleep 1000' >/dev/null 2>&1 &", 10)
         print("ready", flush=True)
@@ -403,8 +403,8 @@ def test_an_agent_that_breaks_its_own_sandbox_fails_its_task_not_the_environment
     """Before: `kill -9 -1` ("the shell is gone") and `kill -STOP -1` (the shell does not
     answer) were recorded as env_error, and a batch of them stopped the run under
     runner.max_error_rate. It is the agent's doing: the task's failure, with no error."""
-    from memrl.guards import counts_against_error_rate
-    from memrl_envs.lifelong.os_shell import _GRACE_S
+    from memrl.control.guards import counts_against_error_rate
+    from memrl_envs.lifelong_os.shell import _GRACE_S
 
     env = make_env(rootfs, command_timeout_s=1)
     start = time.monotonic()

@@ -8,13 +8,13 @@ import json
 import logging
 
 import pytest
+from test_runner import finish, make_runner
 
 from memrl.cli import main as memrl_main
-from memrl.live import RunTally, progress_enabled
-from memrl.records import read_episodes
-from memrl.rundir import RunDir
-from memrl.status import run_status
-from test_runner import finish, make_runner
+from memrl.cli.status import run_status
+from memrl.control.live import RunTally, progress_enabled
+from memrl.core.records import read_episodes
+from memrl.core.rundir import RunDir
 
 
 class Tty(io.StringIO):
@@ -46,9 +46,9 @@ def test_postfix_and_epoch_line_count_what_happened():
 
 
 def test_runner_logs_one_line_per_epoch_from_the_records(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="memrl.runner")
+    caplog.set_level(logging.INFO, logger="memrl.control.runner")
     finish(tmp_path / "a", epochs=3, batch_size=2)
-    lines = [r.getMessage() for r in caplog.records if r.name == "memrl.runner"
+    lines = [r.getMessage() for r in caplog.records if r.name == "memrl.control.runner"
              and r.getMessage().startswith("epoch ")]
     recs = read_episodes(RunDir(tmp_path / "a").episodes)
     assert len(lines) == 3
@@ -109,4 +109,4 @@ def test_a_run_without_a_terminal_logs_epochs_and_draws_no_bar(alfworld_sweep):
     # no bar of the runner, the env (intents) or the embedder (weights): output not a tty
     assert "task/s" not in err + out and "it/s" not in err + out
     for e in (1, 2):
-        assert out.count(f"[memrl.runner][INFO] - epoch {e}/2: SR ") == 2  # both runs
+        assert out.count(f"[memrl.control.runner][INFO] - epoch {e}/2: SR ") == 2  # both runs

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from memrl.llm.base import LLMRequest, LLMResponse
-from memrl.llm.cache import ResponseCache, request_key
+from memrl.llm.response_cache import ResponseCache, request_key
 
 BASE = LLMRequest(
     messages=(("system", "be brief"), ("user", "hi")),

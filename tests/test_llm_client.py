@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from memrl.llm.base import LLMError, LLMRequest
-from memrl.llm.cache import ResponseCache
 from memrl.llm.client import LLMClient, is_transient, retry_after_seconds
 from memrl.llm.factory import build_client
+from memrl.llm.response_cache import ResponseCache
 from memrl.llm.scripted import ScriptedBackend
 
 REQ = LLMRequest(messages=(("user", "ping"),), max_tokens=8)
@@ -407,7 +407,7 @@ def test_greedy_answers_of_a_seed_free_backend_are_shared_across_seeds(tmp_path)
 
 def test_greedy_entries_cached_with_their_seed_still_hit(tmp_path) -> None:
     """Entries written while greedy answers were keyed with their seed keep answering."""
-    from memrl.llm.cache import request_key
+    from memrl.llm.response_cache import request_key
 
     backend = ScriptedBackend(lambda r: "fresh")
     backend.greedy_ignores_seed = True

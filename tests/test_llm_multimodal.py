@@ -12,12 +12,21 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from memrl.llm.base import (ImagePart, LLMError, LLMRequest, TextPart, UnsupportedContentError,
-                            as_content, content_text, has_images, openai_content)
-from memrl.llm.cache import ResponseCache, request_key
+from memrl.llm.base import (
+    ImagePart,
+    LLMError,
+    LLMRequest,
+    TextPart,
+    UnsupportedContentError,
+    as_content,
+    content_text,
+    has_images,
+    openai_content,
+)
 from memrl.llm.client import LLMClient
 from memrl.llm.factory import build_client
 from memrl.llm.local import LocalLlamaBackend, render_prompt
+from memrl.llm.response_cache import ResponseCache, request_key
 from memrl.llm.scripted import ScriptedBackend
 
 PNG = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAgAAAAECAIAAAA8r+mnAAAAFklEQVR42mP8z4AA"

@@ -6,7 +6,8 @@ import hashlib
 
 import pytest
 
-from memrl.config import ConfigError, LLMSettings
+from memrl.config.sections import LLMSettings
+from memrl.core.errors import ConfigError
 from memrl.llm import local_models
 from memrl.llm.factory import build_backend
 from memrl.llm.local import LocalLlamaBackend, reusable_prefix
@@ -94,10 +95,10 @@ def test_factory_passes_local_settings_and_litellm_extra():
 def test_the_local_model_identity_is_its_file_and_a_resume_with_another_is_refused(tmp_path):
     """One home for what the embedded model is: the id derived from the file is the cache
     identity and what the run card's resume check compares (as a served model's fingerprint)."""
+    from memrl.control.preflight import identity
+    from memrl.core.stops import RunRefused
+    from memrl.journal.runcard import RunCard
     from memrl.llm.client import LLMClient
-    from memrl.preflight import identity
-    from memrl.guards import RunRefused
-    from memrl.runcard import RunCard
 
     a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
     a.write_bytes(b"model a")

@@ -18,15 +18,15 @@ import pytest
 
 pytest.importorskip("mem0", reason="the mem0 extra is not installed (pip install -e '.[mem0]')")
 
-from memrl.embed import HashingEmbedder  # noqa: E402
+from memrl.core.records import EpisodeResult, RetrievedMemory, Step, Task  # noqa: E402
+from memrl.core.rundir import RunDir
 from memrl.llm.base import LLMRequest  # noqa: E402
-from memrl.llm.cache import ResponseCache  # noqa: E402
 from memrl.llm.client import LLMClient  # noqa: E402
+from memrl.llm.embed import HashingEmbedder  # noqa: E402
+from memrl.llm.response_cache import ResponseCache  # noqa: E402
 from memrl.llm.scripted import ScriptedBackend  # noqa: E402
 from memrl.memory.base import LearnItem  # noqa: E402
 from memrl.memory.entry import BankUpdate  # noqa: E402
-from memrl.records import EpisodeResult, RetrievedMemory, Step, Task  # noqa: E402
-from memrl.rundir import RunDir
 from memrl_baselines.mem0 import Mem0Memory, Mem0Settings, parse_extraction  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -251,7 +251,7 @@ def test_telemetry_is_off_even_if_the_environment_asks_for_it(tmp_path):
 def test_mem0_config_composes_and_validates():
     from hydra import compose, initialize_config_dir
 
-    from memrl.config import validate
+    from memrl.config.validate import validate
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
         cfg = compose(config_name="config", overrides=[f"env.data_root={ALFWORLD}", "memory=mem0",
@@ -292,7 +292,8 @@ def runner_model(request: LLMRequest) -> str:
 def run_with_runner(run_dir, cache, crash_at=None):
     """A Runner over TinyEnv with mem0 (B = 2, 2 epochs); `crash_at` = index of the mem0 add
     (counted over the run) that is interrupted right after it completed."""
-    from memrl.runner import Runner, RunnerSettings
+    from memrl.config.sections import RunnerSettings
+    from memrl.control.runner import Runner
 
     emb = HashingEmbedder(dim=64)
     backend = ScriptedBackend(runner_model, model_id="scripted-mem0")
@@ -322,7 +323,7 @@ def run_with_runner(run_dir, cache, crash_at=None):
 
 
 def test_runner_resume_after_a_crash_inside_apply_matches_an_uninterrupted_run(tmp_path):
-    from memrl.metrics import write_metrics
+    from memrl.metrics.compute import write_metrics
 
     cache = ResponseCache(tmp_path / "llm.sqlite")
     ref = run_with_runner(tmp_path / "ref", cache)
@@ -332,7 +333,7 @@ def test_runner_resume_after_a_crash_inside_apply_matches_an_uninterrupted_run(t
     assert RunDir(tmp_path / "crash").journal.exists()
     resumed = run_with_runner(tmp_path / "crash", cache)
     assert resumed == ref
-    assert write_metrics(tmp_path / "crash", plots=False) == write_metrics(tmp_path / "ref", plots=False)
+    assert write_metrics(tmp_path / "crash") == write_metrics(tmp_path / "ref")
     ledger = (tmp_path / "crash" / "mem0" / "applied.jsonl").read_text().splitlines()
     assert len(ledger) == 8
 
@@ -349,7 +350,7 @@ def test_mem0_end_to_end_on_alfworld(tmp_path):
             # left) halves the embedded model's time per call on CPU
             "llm.n_ctx=4096", "memory.llm_max_tokens=64",
             "runner.progress=false", f"hydra.run.dir={run_dir}"]
-    out = subprocess.run([sys.executable, "-m", "memrl.run", *args], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "memrl.cli", "run", *args], env=env, capture_output=True,
                          text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
     recs = [json.loads(x) for x in RunDir(run_dir).episodes.read_text().splitlines()]

@@ -17,20 +17,31 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from memrl.config import ConfigError, validate
-from memrl.embed import HashingEmbedder
+from memrl.config.sections import RunnerSettings
+from memrl.config.validate import validate
+from memrl.control.runner import Runner
+from memrl.core.errors import ConfigError
+from memrl.core.records import EpisodeResult, RetrievedMemory, Step, Task, read_episodes
+from memrl.core.rundir import RunDir
 from memrl.llm.base import LLMError
 from memrl.llm.client import LLMClient
+from memrl.llm.embed import HashingEmbedder
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.bank import ChromaBank
 from memrl.memory.base import LearnItem
 from memrl.memory.entry import BankUpdate, MemoryEntry
-from memrl.records import EpisodeResult, RetrievedMemory, Step, Task, read_episodes
-from memrl.rundir import RunDir
-from memrl.runner import Runner, RunnerSettings
-from memrl_baselines.memp import (ADJUST_PROMPT, KEYWORD_PROMPT, SCRIPT_PROMPT, DeprecationSettings,
-                                  MemPMemory, MemPSettings, compose_experience, is_deprecated,
-                                  parse_keywords, parse_procedure)
+from memrl_baselines.memp import (
+    ADJUST_PROMPT,
+    KEYWORD_PROMPT,
+    SCRIPT_PROMPT,
+    DeprecationSettings,
+    MemPMemory,
+    MemPSettings,
+    compose_experience,
+    is_deprecated,
+    parse_keywords,
+    parse_procedure,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = str(ROOT / "configs")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memrl.embed import HashingEmbedder
+from memrl.core.records import EpisodeResult, RetrievedMemory, Step, Task
+from memrl.core.rundir import RunDir
+from memrl.llm.embed import HashingEmbedder
 from memrl.memory.base import LearnItem
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
-from memrl.records import EpisodeResult, RetrievedMemory, Step, Task
-from memrl.rundir import RunDir
 
 
 def make(tmp_path, **kw):
@@ -245,7 +245,7 @@ def test_closing_a_banked_module_releases_its_bank_files(tmp_path, frozen):
 def test_a_crashed_episode_is_dropped_when_crashes_teach_nothing(tmp_path):
     """The official Lifelong runner drops a sample whose code raised (no update, no memory);
     a failed model call still teaches under learn_from_errors."""
-    from memrl.records import CRASH_DETAIL
+    from memrl.core.records import CRASH_DETAIL
 
     def crash(task, injected):
         res = EpisodeResult(success=False, reward=0.0, steps=0, errors=["env crash: KeyError: 'x'"],

@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memrl.metrics import (
+from memrl.core.records import EpisodeRecord, append_jsonl
+from memrl.core.rundir import RunDir
+from memrl.metrics.compute import (
     compute_metrics,
     csr,
     csr_curve,
@@ -19,11 +21,9 @@ from memrl.metrics import (
     forgetting_mean,
     last,
     load_run,
-    success_matrix,
     sr_curve,
+    success_matrix,
 )
-from memrl.records import EpisodeRecord, append_jsonl
-from memrl.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -160,7 +160,7 @@ def _write_run(run_dir: Path) -> None:
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO), MPLBACKEND="Agg")
     return subprocess.run(
-        [sys.executable, "-m", "memrl.metrics", *args], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-m", "memrl.cli", "metrics", *args], capture_output=True, text=True, env=env, timeout=120
     )
 
 
@@ -208,7 +208,7 @@ def test_cli_missing_episodes_file_exits_2(tmp_path: Path) -> None:
 
 
 def test_outcomes_are_counted_per_epoch_in_the_shared_vocabulary() -> None:
-    from memrl.metrics import outcome_counts
+    from memrl.metrics.compute import outcome_counts
 
     def r(task: str, epoch: int, outcome: str, detail: str = "", **kw) -> EpisodeRecord:
         return EpisodeRecord(epoch=epoch, batch=0, task_id=task, intent=task, success=outcome == "success",
@@ -237,7 +237,7 @@ def test_old_records_without_an_outcome_stay_readable(tmp_path) -> None:
     ALFWorld) are mapped; what is left is derived from success and errors."""
     import json
 
-    from memrl.records import read_episodes
+    from memrl.core.records import read_episodes
 
     rows = [({"success": True, "info": {"outcome": "pass"}}, ("success", "pass")),
             ({"success": False, "info": {"outcome": "syntax_error"}}, ("failure", "syntax_error")),
@@ -263,7 +263,7 @@ def test_old_records_without_an_outcome_stay_readable(tmp_path) -> None:
 
 # ------------------------------------------------------- forgetting at 0/0, retrieval readings
 from memrl.cli.metrics import main as metrics_main  # noqa: E402
-from memrl.metrics import retrieval_by_epoch, zero_fail_epochs  # noqa: E402
+from memrl.metrics.compute import retrieval_by_epoch, zero_fail_epochs  # noqa: E402
 
 S_ZERO = np.array(
     [
@@ -320,7 +320,7 @@ def test_retrieval_saturation_per_epoch() -> None:
 
 
 def test_staleness_distribution_of_the_records_that_carry_it() -> None:
-    from memrl.metrics import staleness_stats
+    from memrl.metrics.compute import staleness_stats
 
     recs = records_from(S3)
     for i, r in enumerate(recs):

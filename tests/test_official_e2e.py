@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from memrl.rundir import RunDir
+from memrl.core.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
@@ -43,7 +43,7 @@ def run(args: list[str], tmp: Path, **env: str) -> tuple[subprocess.CompletedPro
     run_dir = tmp / "run"
     environ = dict(os.environ, MEMRL_CACHE_DIR=str(tmp / "cache"), HF_HUB_OFFLINE="1",
                    TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True", **env)
-    out = subprocess.run([sys.executable, "-m", "memrl.run", *args, *LOCAL, f"hydra.run.dir={run_dir}"],
+    out = subprocess.run([sys.executable, "-m", "memrl.cli", "run", *args, *LOCAL, f"hydra.run.dir={run_dir}"],
                          env=environ, capture_output=True, text=True, timeout=1500, cwd=ROOT)
     return out, run_dir
 
@@ -134,8 +134,8 @@ def test_bcb_official(tmp_path):
 def lifelong_os_rootfs() -> Path:
     """The Lifelong-OS root file system, or a skip naming what is missing (data, the overlay
     sandbox, the built root file system)."""
-    from memrl_envs.lifelong.os_rootfs import is_built, rootfs_path
-    from memrl_envs.lifelong.os_shell import overlay_available
+    from memrl_envs.lifelong_os.rootfs import is_built, rootfs_path
+    from memrl_envs.lifelong_os.shell import overlay_available
 
     if not (LIFELONG / "os_interaction_train.json").is_file():
         pytest.skip(f"no Lifelong data at {LIFELONG}")
@@ -165,7 +165,7 @@ def test_llb_os_official(tmp_path):
 
 @pytest.mark.skipif(not (LIFELONG / "db_train.json").is_file(), reason=f"no Lifelong DB data at {LIFELONG}")
 def test_llb_db_official(tmp_path):
-    from memrl_envs.lifelong.db_server import MariaDBServer, find_binary
+    from memrl_envs.lifelong_db.server import MariaDBServer, find_binary
 
     if find_binary("mariadbd", "mysqld") is None:
         pytest.skip("no MariaDB server binary (apt-get install -y mariadb-server)")

@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from memrl.core.records import EpisodeResult, RetrievedMemory, Step
+from memrl.env.memory_block import format_memories, own_task
 from memrl.llm.base import LLMRequest
 from memrl.llm.client import LLMClient
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.retrieval import epsilon_greedy
 from memrl.memory.writer import ExperienceWriter
-from memrl.records import EpisodeResult, RetrievedMemory, Step
-from memrl_envs.memory_block import format_memories, own_task
 
 
 def _llm(answer: str | Exception, seen: list[LLMRequest]):

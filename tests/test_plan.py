@@ -1,4 +1,4 @@
-"""`python -m memrl.plan`: sweeps expand as Hydra's basic sweeper does; the straggler model;
+"""`python -m memrl.cli plan`: sweeps expand as Hydra's basic sweeper does; the straggler model;
 and (slow) the plan from a pilot against the real run it plans: model calls and tokens within
 25%, and the pilot's answers served from cache to the real run."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from memrl.errors import ConfigError
-from memrl.plan import expand, expected_max, pool_calls, run_name
-from memrl.records import iter_jsonl
-from memrl.rundir import RunDir
+from memrl.control.plan import expand, expected_max, pool_calls, run_name
+from memrl.core.errors import ConfigError
+from memrl.core.records import iter_jsonl
+from memrl.core.rundir import RunDir
 from memrl.testing.fault_server import FaultPlan, FaultServer
 
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
@@ -79,12 +79,12 @@ def test_the_plan_matches_the_run_it_plans(tmp_path) -> None:
                      "llm=openai_compatible", "llm.model=openai/fault", f"llm.api_base={server.api_base}",
                      f"llm.api_key_env={KEY_ENV}", "env.max_tasks=8", "env.max_steps=8",
                      "runner.epochs=3", "runner.batch_size=2"]
-        plan = subprocess.run([sys.executable, "-m", "memrl.plan", "--pilot-tasks", "3",
+        plan = subprocess.run([sys.executable, "-m", "memrl.cli", "plan", "--pilot-tasks", "3",
                                "--pilot-dir", str(tmp_path / "pilots"), "--json", str(tmp_path / "plan.json"),
                                *overrides], env=env, capture_output=True, text=True, timeout=600)
         assert plan.returncode == 0, plan.stderr[-3000:]
         pilot_calls = server.counts()["requests"]
-        run = subprocess.run([sys.executable, "-m", "memrl.run", *overrides, "runner.progress=false",
+        run = subprocess.run([sys.executable, "-m", "memrl.cli", "run", *overrides, "runner.progress=false",
                               f"hydra.run.dir={tmp_path / 'run'}"], env=env, capture_output=True, text=True,
                              timeout=600)
         assert run.returncode == 0, run.stderr[-3000:]

@@ -1,7 +1,7 @@
-"""The preflight sends what the run will send (memrl.preflight): one call per purpose with its
+"""The preflight sends what the run will send (memrl.control.preflight): one call per purpose with its
 real prompt shape, budget and stop; an empty or cut reply refuses the run; a missing key of
 any model (the embedder included) is `memrl: ...`, exit 2, with nothing called. And ALFWorld's
-replies are read as its format allows (envs/alfworld/prompts.py)."""
+replies are read as its format allows (memrl_envs/alfworld/prompts.py)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from test_alfworld_env import ALFWORLD, FakeLLM, make_env, needs_data
 
-from memrl.embed import CachedEmbedder, LiteLLMEmbedder
+from memrl.control.preflight import PreflightError, check_keys, preflight, table
 from memrl.llm.base import LLMResponse, ModelProbe
 from memrl.llm.client import LLMClient
+from memrl.llm.embed import CachedEmbedder, LiteLLMEmbedder
 from memrl.llm.profile import ModelProfile
-from memrl.preflight import PreflightError, check_keys, preflight, table
 from memrl.testing.fault_server import FaultServer
 from memrl_envs.alfworld.prompts import build_prompt, instruction_for, parse_action
 
@@ -162,7 +162,7 @@ def test_the_paper_preset_without_a_key_says_so_in_one_line_and_exits_2(tmp_path
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY",)}
     env.update(MEMRL_CACHE_DIR=str(tmp_path / "cache"), ALFWORLD_DATA=str(ALFWORLD), HF_HUB_OFFLINE="1",
                LITELLM_LOCAL_MODEL_COST_MAP="True")
-    out = subprocess.run([sys.executable, "-m", "memrl.run", "experiment=alfworld_paper", "env.split=valid_seen",
+    out = subprocess.run([sys.executable, "-m", "memrl.cli", "run", "experiment=alfworld_paper", "env.split=valid_seen",
                           "env.max_tasks=2", f"hydra.run.dir={tmp_path / 'run'}"], env=env, cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "Traceback" not in out.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from memrl.config import validate
+from memrl.config.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -151,7 +151,7 @@ LLB_TRAIN = {"lifelong_os": "os_interaction_train.json", "lifelong_db": "db_trai
 
 @pytest.mark.parametrize("env", sorted(LLB_TRAIN))
 def test_the_official_lifelong_task_set_is_train_and_val_in_string_order(env: str) -> None:
-    from memrl.config import ConfigError
+    from memrl.core.errors import ConfigError
 
     preset = "llb_os_official" if env == "lifelong_os" else "llb_db_official"
     v = validate(composed(f"experiment={preset}", f"env.data_path={LLB_FIXTURE / LLB_TRAIN[env]}"))
@@ -184,7 +184,7 @@ def test_bcb_paper_runs_the_papers_set_and_hard_stays_an_option() -> None:
 
 
 def test_metrics_reading_is_validated() -> None:
-    from memrl.config import ConfigError
+    from memrl.core.errors import ConfigError
 
     assert validate(composed(f"env.data_root={DATA / 'alfworld'}")).metrics.forgetting_zero_fail == "zero"
     bad = composed(f"env.data_root={DATA / 'alfworld'}", "metrics.forgetting_zero_fail=nan")

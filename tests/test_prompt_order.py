@@ -5,8 +5,7 @@ the tasks of a run share the instructions."""
 
 from __future__ import annotations
 
-
-from memrl.records import RetrievedMemory, Step
+from memrl.core.records import RetrievedMemory, Step
 
 MEMORY = RetrievedMemory(memory_id="e001:x", intent="an earlier task", experience="REMEMBERED ADVICE",
                          q=0.5, similarity=0.9, score=1.0, success=True)
@@ -41,8 +40,9 @@ def test_alfworld_steps_share_everything_before_their_history():
 
 
 def test_lifelong_os_and_db_put_the_task_after_the_memories():
-    from memrl_envs.lifelong import db_prompts, os_prompts
-    from memrl_envs.lifelong.db_data import Column, DbTask
+    from memrl_envs.lifelong_db import prompts as db_prompts
+    from memrl_envs.lifelong_db.data import Column, DbTask
+    from memrl_envs.lifelong_os import prompts as os_prompts
 
     check_order(os_prompts.build_prompt("create /srv/x", [], []), os_prompts.build_prompt("create /srv/x", [MEMORY], []),
                 "create /srv/x", os_prompts.INSTRUCTION[:60])
@@ -56,10 +56,10 @@ def test_lifelong_os_and_db_put_the_task_after_the_memories():
 def test_bigcodebench_puts_the_instruction_first():
     from test_bigcodebench import TINY
 
-    from memrl_envs.bigcodebench import loader
+    from memrl_envs.bigcodebench import data as bcb_data
     from memrl_envs.bigcodebench.prompts import build_prompt
 
-    problem = loader.read_jsonl(TINY).problems[1]
+    problem = bcb_data.read_jsonl(TINY).problems[1]
     check_order(build_prompt(problem, "instruct", []), build_prompt(problem, "instruct", [MEMORY]),
                 problem.instruct_prompt.strip()[:40], "Write one self-contained Python script")
 

@@ -355,16 +355,20 @@ ROOM = ("You are in the middle of a room. Looking quickly around you, you see a 
 
 
 def test_replies_read_through_each_benchmark_parser(tmp_path):
-    from memrl.records import Step
-    from memrl_envs.alfworld import prompts as alf
-    from memrl_envs.bigcodebench.extract import extract_code
-    from memrl_envs.bigcodebench.loader import read_jsonl
-    from memrl_envs.bigcodebench.prompts import build_prompt as bcb_prompt, completion_prefix
-    from memrl_envs.hle import judge, prompts as hle
-    from memrl_envs.hle.data import HLEQuestion
-    from memrl_envs.lifelong import db_prompts as db, os_prompts as osp
-    from memrl_envs.lifelong.db_data import DbTask
     from pathlib import Path
+
+    from memrl.core.records import Step
+    from memrl_envs.alfworld import prompts as alf
+    from memrl_envs.bigcodebench.data import read_jsonl
+    from memrl_envs.bigcodebench.extract import extract_code
+    from memrl_envs.bigcodebench.prompts import build_prompt as bcb_prompt
+    from memrl_envs.bigcodebench.prompts import completion_prefix
+    from memrl_envs.hle import judge
+    from memrl_envs.hle import prompts as hle
+    from memrl_envs.hle.data import HLEQuestion
+    from memrl_envs.lifelong_db import prompts as db
+    from memrl_envs.lifelong_db.data import DbTask
+    from memrl_envs.lifelong_os import prompts as osp
 
     def ask(prompt: str) -> str:
         return reply_for([{"role": "user", "content": prompt}])

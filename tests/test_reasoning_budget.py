@@ -7,12 +7,12 @@ import threading
 
 import pytest
 
-from memrl.guards import Tripwire
+from memrl.core.stops import Tripwire
 from memrl.llm.base import BudgetExhaustedError, LLMError, LLMRequest, LLMResponse
-from memrl.llm.cache import ResponseCache
 from memrl.llm.client import LLMClient
 from memrl.llm.factory import build_client
 from memrl.llm.profile import REASONING_HEADROOM, ModelProfile, Prices, litellm_profile, plain_profile
+from memrl.llm.response_cache import ResponseCache
 
 
 # ------------------------------------------------------------------ profiles from litellm
@@ -204,7 +204,8 @@ def test_an_unpriced_model_is_flagged_never_counted_as_free() -> None:
     ep.complete("p", purpose="answer")
     assert ep.meter.unpriced_calls == 1 and ep.meter.model_calls[0]["unpriced"] is True
     assert client.totals()["unpriced_calls"] == 1
-    from memrl.budget import describe, Budget, clients_spend
+    from memrl.control.budget import Budget, describe
+    from memrl.llm.bill import clients_spend
 
     spend = clients_spend([client])
     assert spend.unpriced_calls == 1 and "unpriced" in describe(spend, Budget())

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from memrl import report as R
-from memrl.rundir import RunDir
+from memrl.core.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ["t0", "t1", "t2", "t3"]
@@ -322,7 +322,7 @@ def test_epoch_metrics_selects_this_epoch():
     m = {"sr": [0.25, 0.5, 0.75], "csr_curve": [0.25, 0.5, 1.0], "forgetting": [0.1, 0.2],
          "last": 0.75, "csr": 1.0, "n_tasks": 4, "tokens": {"prompt": 7, "completion": 3},
          "missing_cells": [], "forgetting_mean": 0.15}
-    from memrl.logging_wandb import epoch_metrics
+    from memrl.control.tracking import epoch_metrics
 
     e2 = epoch_metrics(m, 2)
     assert (e2["sr"], e2["csr"], e2["forgetting"]) == (0.5, 0.5, 0.1)
@@ -374,7 +374,7 @@ class FakeWandb:
 
 
 def test_wandb_logger_offline_by_default_and_online_needs_key(tmp_path: Path, monkeypatch):
-    from memrl.logging_wandb import EpochLogger, make_epoch_logger
+    from memrl.control.tracking import EpochLogger, make_epoch_logger
 
     assert not make_epoch_logger(None, run_dir=tmp_path, config={}).active
     assert type(make_epoch_logger({"name": "none"}, run_dir=tmp_path, config={})) is EpochLogger
@@ -428,7 +428,7 @@ def test_sweep_configs_set_sweeper_params(name: str, keys: set[str], monkeypatch
 def test_logger_config_group_composes(monkeypatch):
     from hydra import compose, initialize_config_dir
 
-    from memrl.logging_wandb import parse_settings
+    from memrl.control.tracking import parse_settings
 
     monkeypatch.setenv("ALFWORLD_DATA", "/nonexistent")
     # `logger=...` once the group is in config.yaml's defaults list, `+logger=...` before

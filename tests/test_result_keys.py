@@ -1,4 +1,4 @@
-"""Which config keys change results: marked once on the schemas (memrl/result_keys.py), and the
+"""Which config keys change results: marked once on the schemas (memrl/config/keys.py), and the
 three places that use the marks -- the resume check, the report's grouping and the run
 directory's name -- agree with them."""
 
@@ -12,11 +12,13 @@ import yaml
 from hydra import compose, initialize_config_dir
 from pydantic import BaseModel
 
-from memrl import result_keys as K
-from memrl.config import ConfigError, LLMSettings
+from memrl.config import keys as K
+from memrl.core import fields as F
+from memrl.config.sections import LLMSettings
+from memrl.core.errors import ConfigError
+from memrl.core.rundir import RunDir
+from memrl.journal.runcard import check_resume, comparable
 from memrl.report.grouping import swept_keys
-from memrl.runcard import check_resume, comparable
-from memrl.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -28,7 +30,7 @@ def test_no_key_is_marked_two_ways():
 
 
 def test_a_config_is_read_with_its_own_classes_marks():
-    db = {"env": {"_target_": "memrl_envs.lifelong.LifelongDbEnv"}}
+    db = {"env": {"_target_": "memrl_envs.lifelong_db.LifelongDbEnv"}}
     alf = {"env": {"_target_": "memrl_envs.alfworld.AlfworldEnv"}}
     assert "env.port" in K.resume_exempt(db) and "env.port" not in K.resume_exempt(alf)
     assert K.resume_exempt(db) <= K.resume_exempt() and "llm.timeout" in K.resume_exempt(alf)
@@ -49,9 +51,9 @@ def test_each_list_follows_the_table_of_marks():
     path = set(K.path_keys())
     assert path == {"env.name", "memory.name", "llm.name"}
     for key, mark in marks.items():
-        assert (key in K.resume_exempt()) == (mark != K.RESULT), key
-        assert (key in K.report_ignored()) == (mark in (K.NO_EFFECT, K.DATA_LOCATION)), key
-        assert (key in K.hydra_exclude_keys()) == (mark in (K.NO_EFFECT, K.EXTENT) or key in path), key
+        assert (key in K.resume_exempt()) == (mark != F.RESULT), key
+        assert (key in K.report_ignored()) == (mark in (F.NO_EFFECT, F.DATA_LOCATION)), key
+        assert (key in K.hydra_exclude_keys()) == (mark in (F.NO_EFFECT, F.EXTENT) or key in path), key
 
 
 def test_the_disagreements_of_the_old_lists_are_settled():
@@ -61,9 +63,9 @@ def test_the_disagreements_of_the_old_lists_are_settled():
     assert "llm.n_threads" in K.resume_exempt() and "llm.n_threads" in K.report_ignored()
     # a nested judge section inherits the LLM section's marks, including a re-declared field
     for f in ("timeout", "max_concurrency", "cache_path", "n_threads"):
-        assert K.marks()[f"env.judge.{f}"] == K.marks()[f"llm.{f}"] == K.NO_EFFECT
-    assert K.marks()["runner.epochs"] == K.EXTENT and "runner.epochs" not in K.report_ignored()
-    assert K.marks()["logger"] == K.NO_EFFECT and K.marks()["paths"] == K.NO_EFFECT
+        assert K.marks()[f"env.judge.{f}"] == K.marks()[f"llm.{f}"] == F.NO_EFFECT
+    assert K.marks()["runner.epochs"] == F.EXTENT and "runner.epochs" not in K.report_ignored()
+    assert K.marks()["logger"] == F.NO_EFFECT and K.marks()["paths"] == F.NO_EFFECT
 
 
 def _schemas() -> list[type[BaseModel]]:
@@ -74,7 +76,7 @@ def _schemas() -> list[type[BaseModel]]:
         if s in out:
             continue
         out.append(s)
-        todo += [sub for f in s.model_fields.values() if (sub := K._submodel(f.annotation))]
+        todo += [sub for f in s.model_fields.values() if (sub := F._submodel(f.annotation))]
     return out
 
 
@@ -87,7 +89,7 @@ def test_a_field_redeclared_by_a_subclass_keeps_its_mark():
             for name, field in schema.model_fields.items():
                 if name in base.model_fields:
                     checked += 1
-                    assert K.mark_of(field) == K.mark_of(base.model_fields[name]), \
+                    assert F.mark_of(field) == F.mark_of(base.model_fields[name]), \
                         f"{schema.__name__}.{name} is marked unlike {base.__name__}.{name}"
     assert checked > 20  # the judge re-declares LLM fields; the Lifelong envs share a base
 
@@ -95,20 +97,20 @@ def test_a_field_redeclared_by_a_subclass_keeps_its_mark():
 def test_schema_marks_of_a_nested_schema():
     class Inner(BaseModel):
         a: int = 1
-        b: int = K.no_effect(2)
+        b: int = F.no_effect(2)
 
     class Outer(BaseModel):
         inner: Inner = Inner()
-        quiet: Inner = K.no_effect(Inner())
-        n: int = K.extent(3)
+        quiet: Inner = F.no_effect(Inner())
+        n: int = F.extent(3)
 
-    marks = K.schema_marks(Outer, "x.")
-    assert marks == {"x.inner.a": K.RESULT, "x.inner.b": K.NO_EFFECT, "x.quiet.a": K.NO_EFFECT,
-                     "x.quiet.b": K.NO_EFFECT, "x.quiet": K.NO_EFFECT, "x.n": K.EXTENT}
+    marks = F.schema_marks(Outer, "x.")
+    assert marks == {"x.inner.a": F.RESULT, "x.inner.b": F.NO_EFFECT, "x.quiet.a": F.NO_EFFECT,
+                     "x.quiet.b": F.NO_EFFECT, "x.quiet": F.NO_EFFECT, "x.n": F.EXTENT}
     with pytest.raises(ValueError, match="no_effect only"):
         class Bad(BaseModel):
-            inner: Inner = K.extent(Inner())
-        K.schema_marks(Bad)
+            inner: Inner = F.extent(Inner())
+        F.schema_marks(Bad)
 
 
 # ------------------------------------------------------------------------- run directory name
@@ -193,6 +195,6 @@ def test_report_groups_by_keys_that_change_results_only():
 
 
 def test_llm_settings_marks_are_read_from_the_schema():
-    assert K.mark_of(LLMSettings.model_fields["max_concurrency"]) == K.NO_EFFECT
-    assert K.mark_of(LLMSettings.model_fields["temperature"]) == K.RESULT
-    assert LLMSettings.model_json_schema()["properties"]["max_concurrency"][K.MARK] is False
+    assert F.mark_of(LLMSettings.model_fields["max_concurrency"]) == F.NO_EFFECT
+    assert F.mark_of(LLMSettings.model_fields["temperature"]) == F.RESULT
+    assert LLMSettings.model_json_schema()["properties"]["max_concurrency"][F.MARK] is False

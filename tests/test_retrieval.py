@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from memrl.memory.retrieval import (PhaseBOptions, phase_a, phase_b, similarity_quantile,
-                                    update_q, zscore)
+from memrl.memory.retrieval import PhaseBOptions, phase_a, phase_b, similarity_quantile, update_q, zscore
 
 
 def test_phase_a_gate_keeps_only_sims_above_delta():
@@ -113,8 +112,14 @@ def test_similarity_quantile_on_known_vectors():
 
 
 # ---------------------------------------------------------------- keys, ties, official Phase A
-from memrl.memory.retrieval import (TIE_TOL, choose_key, epsilon_greedy, key_similarities,  # noqa: E402
-                                    pool_by_intent, rank_pool)
+from memrl.memory.retrieval import (  # noqa: E402
+    TIE_TOL,
+    choose_key,
+    epsilon_greedy,
+    key_similarities,
+    pool_by_intent,
+    rank_pool,
+)
 
 
 def test_key_similarities_give_every_copy_of_a_key_its_best_similarity():

@@ -1,5 +1,5 @@
 """A run never lies about its state (issue 13): each failure reproduced as a user meets it
-(real `python -m memrl.run` processes, the fault server, a small tmpfs, a corrupted file,
+(real `python -m memrl.cli run` processes, the fault server, a small tmpfs, a corrupted file,
 two processes) and the behaviour after the fix.
 
 The benchmark is tests/tiny_env.py (one model call per episode) so a whole run takes a few
@@ -20,16 +20,19 @@ from pathlib import Path
 import pytest
 from tiny_env import INTENTS, TinyEnv, reply
 
-from memrl.budget import Budget, BudgetMeter, Spend
-from memrl.embed import HashingEmbedder
-from memrl.guards import Gate, RunRefused, RunStopped, error_rate_problem
+from memrl.config.sections import RunnerSettings
+from memrl.control.budget import Budget, BudgetMeter
+from memrl.control.guards import Gate, error_rate_problem
+from memrl.control.runner import Runner
+from memrl.core.records import read_episodes
+from memrl.core.rundir import RunDir
+from memrl.core.stops import RunRefused, RunStopped
+from memrl.llm.bill import Spend
 from memrl.llm.client import LLMClient
+from memrl.llm.embed import HashingEmbedder
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
-from memrl.metrics import write_metrics
-from memrl.records import read_episodes
-from memrl.rundir import RunDir
-from memrl.runner import Runner, RunnerSettings
+from memrl.metrics.compute import write_metrics
 from memrl.testing.fault_server import FaultPlan, FaultServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,12 +52,12 @@ def environ(tmp: Path, **extra: str) -> dict[str, str]:
 
 
 def memrl_run(args: list[str], tmp: Path, timeout: float = 180, **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memrl.run", *BASE, *args], cwd=tmp, env=environ(tmp, **extra),
+    return subprocess.run([sys.executable, "-m", "memrl.cli", "run", *BASE, *args], cwd=tmp, env=environ(tmp, **extra),
                           capture_output=True, text=True, timeout=timeout)
 
 
 def memrl_start(args: list[str], tmp: Path, **extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "memrl.run", *BASE, *args], cwd=tmp, env=environ(tmp, **extra),
+    return subprocess.Popen([sys.executable, "-m", "memrl.cli", "run", *BASE, *args], cwd=tmp, env=environ(tmp, **extra),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -184,8 +187,8 @@ def test_a_missing_or_bad_key_or_an_unknown_model_stops_before_epoch_1(tmp_path)
 
 
 def test_the_preflight_calls_each_model_once_and_names_the_one_that_fails(monkeypatch):
+    from memrl.control.preflight import PreflightError, preflight
     from memrl.llm.litellm_backend import LiteLLMBackend
-    from memrl.preflight import PreflightError, preflight
 
     monkeypatch.setenv(KEY, "k")
     with FaultServer(FaultPlan()) as good, FaultServer(FaultPlan(rates={"model_not_found": 1.0})) as bad:
@@ -326,9 +329,9 @@ def test_chroma_on_a_full_disk_says_the_disk_is_full(tmpfs):
     folder and that the disk is full."""
     import numpy as np
 
+    from memrl.core.storage import StorageError, writing
     from memrl.memory.bank import ChromaBank
     from memrl.memory.entry import BankUpdate, MemoryEntry
-    from memrl.storage import StorageError, writing
 
     disk = tmpfs("2m")
     bank = ChromaBank(disk / "bank")
@@ -349,10 +352,10 @@ def test_a_cache_write_that_fails_counts_exactly_what_was_paid(tmp_path, fails):
     failure on the first costs nothing (the model is not called), on the second the paid
     answer is counted; either way the run's tripwire names the cache and later calls fail
     without reaching the model."""
-    from memrl.guards import STORAGE, Tripwire
+    from memrl.core.stops import STORAGE, Tripwire
+    from memrl.core.storage import StorageError
     from memrl.llm.base import LLMError, LLMRequest
-    from memrl.llm.cache import ResponseCache
-    from memrl.storage import StorageError
+    from memrl.llm.response_cache import ResponseCache
 
     class FullCache(ResponseCache):
         def _full(self, *a, **kw):
@@ -451,7 +454,7 @@ def test_a_torn_last_line_of_a_committed_batch_is_restored_from_its_journal(tmp_
     episodes.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])  # cut mid-record
     assert play(run_dir, epochs=2) == ref
     assert [(r.epoch, r.task_id, r.success) for r in read_episodes(episodes)] == ref_records
-    assert write_metrics(run_dir, plots=False)["n_episodes"] == 8
+    assert write_metrics(run_dir)["n_episodes"] == 8
     # a torn last line of a finished run, the same
     text = episodes.read_text()
     episodes.write_text(text[:-40])
@@ -625,7 +628,7 @@ def test_budget_meter_estimates_the_next_batch_from_the_dearest_so_far():
 
 
 def test_budget_and_error_rate_keys_do_not_block_a_resume():
-    from memrl import result_keys as K
+    from memrl.config import keys as K
 
     exempt = K.resume_exempt()
     assert {"llm.budget_usd", "llm.budget_tokens", "runner.max_error_rate", "llm.api_base",
@@ -638,8 +641,8 @@ def test_hosted_model_cache_keys_are_the_same_as_before():
     """Hosted APIs (no api_base) key on the model name, exactly as before: existing caches
     keep hitting. (The digest was computed with the code before this change.)"""
     from memrl.llm.base import LLMRequest
-    from memrl.llm.cache import request_key
     from memrl.llm.litellm_backend import LiteLLMBackend
+    from memrl.llm.response_cache import request_key
 
     client = LLMClient(LiteLLMBackend("openai/gpt-4o-mini"))
     request = LLMRequest(messages=(("user", "Here is your task."),), max_tokens=64, stop=("\n",))
@@ -655,8 +658,8 @@ def test_the_cache_keys_on_what_a_server_serves_not_where(monkeypatch, tmp_path)
     from a cold cache, while another model served under the same name and URL got the old
     model's answers. Now: the key is the name plus what the server reports at /v1/models."""
     from memrl.llm.base import LLMRequest
-    from memrl.llm.cache import ResponseCache
     from memrl.llm.litellm_backend import LiteLLMBackend
+    from memrl.llm.response_cache import ResponseCache
 
     monkeypatch.setenv(KEY, "k")
     cache = ResponseCache(tmp_path / "llm.sqlite")
@@ -708,7 +711,7 @@ def test_env_level_errors_are_memrl_messages_with_exit_2(tmp_path):
     alfworld = ["env=alfworld", "agent=expert", "memory=none", "embedder=hashing", "runner.epochs=1",
                 "runner.progress=false", f"env.cache_dir={tmp_path / 'cache'}"]
     env = {k: v for k, v in environ(tmp_path).items() if k != "ALFWORLD_DATA"}
-    run = [sys.executable, "-m", "memrl.run", *alfworld]
+    run = [sys.executable, "-m", "memrl.cli", "run", *alfworld]
     out = subprocess.run([*run, "env.task_ids=[no-such-game]", f"hydra.run.dir={tmp_path / 'a'}"],
                          env={**env, "ALFWORLD_DATA": str(ALFWORLD)}, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "memrl: unknown task ids for split 'valid_train'" in out.stderr

@@ -10,9 +10,10 @@ from pathlib import Path
 
 from test_runner import CoinEnv, make_runner
 
-from memrl.metrics import write_metrics
-from memrl.runcard import FINISHED, RunCard
-from memrl.rundir import RunDir
+from memrl.core.rundir import RunDir
+from memrl.journal.runcard import FINISHED, RunCard
+from memrl.metrics.compute import write_metrics
+from memrl.report.plots import write_run_plots
 
 REPO = Path(__file__).resolve().parents[1]
 # names specific enough that a string literal spelling one is a copy of RunDir's
@@ -45,17 +46,17 @@ def test_find_walks_folders_and_needs_card_and_records(tmp_path):
 
 
 def test_no_other_module_spells_a_run_file_name():
-    """A literal "episodes.jsonl" (etc.) anywhere but memrl/rundir.py is a second home."""
+    """A literal "episodes.jsonl" (etc.) anywhere but memrl/core/rundir.py is a second home."""
     found = []
     for folder in ("memrl", "envs", "baselines", "scripts", "tests"):
         for path in (REPO / folder).rglob("*.py"):
-            if path == REPO / "memrl" / "rundir.py" or path == Path(__file__).resolve():
+            if path == REPO / "memrl" / "core" / "rundir.py" or path == Path(__file__).resolve():
                 continue
             tokens = tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline)
             for tok in tokens:
                 if tok.type == tokenize.STRING and tok.string.strip("\"'rbf") in SPECIFIC:
                     found.append(f"{path.relative_to(REPO)}:{tok.start[0]}: {tok.string}")
-    assert not found, "spell these through memrl.rundir.RunDir:\n" + "\n".join(found)
+    assert not found, "spell these through memrl.core.rundir.RunDir:\n" + "\n".join(found)
 
 
 def test_a_run_writes_only_what_rundir_names(tmp_path):
@@ -66,7 +67,8 @@ def test_a_run_writes_only_what_rundir_names(tmp_path):
     session = card.start_session(["test"])
     runner.run(tasks)
     card.end_session(session, FINISHED, llm={"calls": 1}, faults={})
-    write_metrics(rd, plots=True)
+    write_metrics(rd)
+    write_run_plots(rd)
     names = {getattr(RunDir, a) for a in dir(RunDir) if a.isupper()}
     top = {p.name for p in rd.root.iterdir()}
     assert top <= names, top - names

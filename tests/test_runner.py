@@ -9,14 +9,15 @@ import json
 
 import pytest
 
-from memrl.embed import HashingEmbedder
+from memrl.config.sections import RunnerSettings
+from memrl.control.runner import Runner
+from memrl.core.records import EpisodeResult, Step, Task, read_episodes
+from memrl.core.rundir import RunDir
 from memrl.llm.client import LLMClient
+from memrl.llm.embed import HashingEmbedder
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
-from memrl.metrics import write_metrics
-from memrl.records import EpisodeResult, Step, Task, read_episodes
-from memrl.rundir import RunDir
-from memrl.runner import Runner, RunnerSettings
+from memrl.metrics.compute import write_metrics
 
 
 class CoinEnv:
@@ -62,7 +63,7 @@ def make_runner(run_dir, *, epochs=3, batch_size=2, cache=None):
 def finish(run_dir, **kw):
     runner, env, memory, backend = make_runner(run_dir, **kw)
     runner.run(env.tasks())
-    return memory.snapshot(), write_metrics(run_dir, plots=False), backend
+    return memory.snapshot(), write_metrics(run_dir), backend
 
 
 def test_records_bank_and_batch_start_retrieval(tmp_path):
@@ -117,7 +118,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, crash_point):
     state = {"commits": 0}
     target = 4  # crash inside the 5th batch (mid epoch 2)
     real_apply, real_append, real_solve = memory.apply, None, env.solve
-    import memrl.runner as runner_mod
+    import memrl.control.runner as runner_mod
 
     def apply(update):
         if crash_point == "after_journal" and state["commits"] == target:
@@ -159,7 +160,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, crash_point):
 
 
 def test_second_run_with_cache_makes_no_model_calls(tmp_path):
-    from memrl.llm.cache import ResponseCache
+    from memrl.llm.response_cache import ResponseCache
 
     cache_path = tmp_path / "llm.sqlite"
     _, m1, b1 = finish(tmp_path / "one", cache=ResponseCache(cache_path))
@@ -215,7 +216,7 @@ def test_transfer_evaluates_frozen_bank_after_each_epoch(tmp_path):
     # epoch-1 evaluation retrieves from the bank as it stood after epoch 1 (5 memories)
     assert all(m["id"].startswith("e001:") for r in evals if r.epoch == 1 for m in r.injected)
     assert any(r.injected for r in evals)
-    metrics = write_metrics(tmp_path, plots=False)
+    metrics = write_metrics(tmp_path)
     sr = [sum(r.success for r in evals if r.epoch == e) / 3 for e in (1, 2)]
     assert metrics["transfer"]["sr"] == pytest.approx(sr)
     assert metrics["transfer"]["best"] == pytest.approx(max(sr))
@@ -256,6 +257,6 @@ def test_each_record_carries_its_retrieval_pool(tmp_path, ties, epoch2):
     pools = {e: [r.info["retrieval"]["pool"] for r in recs if r.epoch == e] for e in (1, 2)}
     assert pools == {1: [0, 0, 2, 2, 4], 2: epoch2}
     assert not any(r.info["retrieval"]["own_only"] for r in recs)  # every pool mixes tasks
-    got = write_metrics(tmp_path, plots=False)["retrieval"]
+    got = write_metrics(tmp_path)["retrieval"]
     assert got["1"]["mean_pool"] == pytest.approx(8 / 5) and got["1"]["empty"] == 2
     assert got["2"]["mean_pool"] == pytest.approx(sum(epoch2) / 5) and got["2"]["own_only_share"] == 0.0

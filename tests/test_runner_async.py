@@ -22,17 +22,18 @@ import pytest
 from test_run_guards import card, memrl_run, memrl_start, wait_for
 from tiny_env import INTENTS, TinyEnv, reply
 
-from memrl.embed import HashingEmbedder
-from memrl.guards import RunStopped
-from memrl.launches import Launch, LaunchLog
-from memrl.llm.cache import ResponseCache
+from memrl.config.sections import RunnerSettings
+from memrl.control.runner import Runner
+from memrl.core.records import iter_jsonl, read_episodes
+from memrl.core.rundir import RunDir
+from memrl.core.stops import RunStopped
+from memrl.journal.launches import Launch, LaunchLog
 from memrl.llm.client import LLMClient
+from memrl.llm.embed import HashingEmbedder
+from memrl.llm.response_cache import ResponseCache
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
-from memrl.metrics import write_metrics
-from memrl.records import iter_jsonl, read_episodes
-from memrl.rundir import RunDir
-from memrl.runner import Runner, RunnerSettings
+from memrl.metrics.compute import write_metrics
 
 
 def jittery(seed: int | None = None):
@@ -109,7 +110,7 @@ def test_async_logs_each_retrieval_before_its_episode_and_records_its_staleness(
     assert [l.task_id for l in mine] == [f"t{i}" for i in range(6)]
     for e in (1, 2):
         assert [l.launch for l in launches if l.epoch == e] == list(range(6))
-    metrics = write_metrics(tmp_path, plots=False)
+    metrics = write_metrics(tmp_path)
     st = metrics["staleness"]
     values = sorted(r.staleness for r in recs)
     assert st["max"] == values[-1] and st["mean"] == pytest.approx(sum(values) / 12)
@@ -171,7 +172,7 @@ def test_a_replay_of_a_finished_async_run_reproduces_it_exactly(tmp_path):
     assert backend.calls == 0  # every call served by the cache
     assert replayed == snap
     assert outcome(tmp_path / "b") == outcome(tmp_path / "a")
-    assert write_metrics(tmp_path / "b", plots=False) == write_metrics(tmp_path / "a", plots=False)
+    assert write_metrics(tmp_path / "b") == write_metrics(tmp_path / "a")
     a, b = LaunchLog(RunDir(tmp_path / "a").launches).read(), LaunchLog(RunDir(tmp_path / "b").launches).read()
     assert sorted(map(str, a)) == sorted(map(str, b))
     # a fresh async run with other timing is another run (what the replay is for)
@@ -273,11 +274,11 @@ def test_a_budget_stops_an_async_run_after_committing_what_is_in_flight(tmp_path
     assert out.returncode == 0, out.stderr[-2000:]
     assert card(run_dir)["status"] == "finished" and len(read_episodes(rd.episodes)) == 8
     # the report shows the run's schedule and staleness distribution
-    from memrl.report.build import build_report
+    from memrl.report.write import build_report
 
     files = build_report([run_dir], tmp_path / "report", n_boot=50, warn=lambda m: None)
     table = files["staleness.md"].read_text()
-    stale = write_metrics(run_dir, plots=False)["staleness"]
+    stale = write_metrics(run_dir)["staleness"]
     assert "| tiny | memrl | async | 2 |" in table and f"| {stale['max']} |" in table
 
 
@@ -320,4 +321,4 @@ def test_sigkill_mid_async_run_then_the_same_command_continues_it(tmp_path):
             assert [m["id"] for m in r["injected"]] == [m["memory_id"] for m in logged.memories]
     assert len(LaunchLog(rd.launches).read()) == 8
     assert card(run_dir)["status"] == "finished"
-    assert write_metrics(run_dir, plots=False)["staleness"]["max"] >= 0
+    assert write_metrics(run_dir)["staleness"]["max"] >= 0

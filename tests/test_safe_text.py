@@ -1,4 +1,4 @@
-"""Text that can always be written (memrl.safe_text): a lone surrogate, NUL, a terminal escape
+"""Text that can always be written (memrl.core.safe_text): a lone surrogate, NUL, a terminal escape
 or undecodable bytes from a model or a sandbox never kill a run (before: the journal's write
 raised UnicodeEncodeError, the run ended failed with 0 records, and every resume replayed
 the same episode into the same error)."""
@@ -11,10 +11,10 @@ import logging
 import pytest
 from test_run_guards import card, memrl_run
 
-from memrl.records import EpisodeResult, Step, read_episodes
-from memrl.rundir import RunDir
-from memrl.runlog import RunLogHandler
-from memrl.safe_text import safe, safe_bytes, safe_str
+from memrl.control.runlog import RunLogHandler
+from memrl.core.records import EpisodeResult, Step, read_episodes
+from memrl.core.rundir import RunDir
+from memrl.core.safe_text import safe, safe_bytes, safe_str
 
 
 @pytest.mark.parametrize("raw, shown", [

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memrl.config import ConfigError
+from memrl.core.errors import ConfigError
 from memrl_envs.sandbox import SandboxCgroup, SandboxFitError, cgroup_support, plan_parallel
 from memrl_envs.sandbox.fit import HostResources
 
@@ -76,8 +76,8 @@ def test_a_sandbox_cgroup_caps_joins_and_goes_away():
 def test_a_run_that_cannot_fit_stops_with_a_configuration_error(tmp_path):
     from memrl_envs.bigcodebench import BigCodeBenchEnv
     from memrl_envs.bigcodebench.settings import BigCodeBenchSettings
-    from memrl_envs.lifelong import LifelongOsEnv
-    from memrl_envs.lifelong.os_settings import LifelongOsSettings
+    from memrl_envs.lifelong_os import LifelongOsEnv
+    from memrl_envs.lifelong_os.settings import LifelongOsSettings
 
     huge = 10**8  # MB: no machine has that
     with pytest.raises(ConfigError, match="not even one of the BigCodeBench sandboxes fits"):

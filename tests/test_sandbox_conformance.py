@@ -47,7 +47,7 @@ from typing import Callable
 
 import pytest
 
-from memrl.rundir import RunDir
+from memrl.core.rundir import RunDir
 from memrl_envs.sandbox import SandboxCgroup, bwrap_available, cgroup_support
 
 # modest caps: every case is quick, and an escape would show far beyond them
@@ -473,9 +473,9 @@ class RootfsBackend:
     pids_cap = PIDS_CAP + 32  # the shell's own side has room beyond the commands' cap
 
     def __init__(self, tmp: Path, rootfs: Path) -> None:
-        from memrl_envs.lifelong import LifelongOsEnv
-        from memrl_envs.lifelong.os_settings import LifelongOsSettings
-        from memrl_envs.lifelong.os_shell import OverlayShell
+        from memrl_envs.lifelong_os import LifelongOsEnv
+        from memrl_envs.lifelong_os.settings import LifelongOsSettings
+        from memrl_envs.lifelong_os.shell import OverlayShell
 
         scratch = tmp / "scratch"
         scratch.mkdir()
@@ -489,7 +489,7 @@ class RootfsBackend:
                                                     command_timeout_s=CASE_TIMEOUT_S,
                                                     observation_max_chars=100_000),
                                  agent="gold", shell_factory=shell)
-        from memrl_envs.lifelong.os_shell import overlay_facts
+        from memrl_envs.lifelong_os.shell import overlay_facts
 
         self.facts = overlay_facts(upper_size_mb=DISK_CAP_MB, pids_max=PIDS_CAP, memory_mb=MEMORY_CAP_MB,
                                    max_parallel=1)
@@ -499,8 +499,8 @@ class RootfsBackend:
         self.host_uid_range = (HOST_BASE, HOST_BASE + ID_COUNT) if userns_available() is None else (0, 1)
 
     def run(self, script: str) -> Outcome:
-        from memrl_envs.lifelong.os_episode import Action, OsTask
-        from memrl_envs.lifelong.os_prompts import FINISH
+        from memrl_envs.lifelong_os.episode import Action, OsTask
+        from memrl_envs.lifelong_os.prompts import FINISH
 
         class OneCommand:
             def next_action(self, task, history):
@@ -568,8 +568,8 @@ def host(tmp_path_factory):
 
 
 def _rootfs() -> Path | None:
-    from memrl_envs.lifelong.os_rootfs import is_built, rootfs_path
-    from memrl_envs.lifelong.os_shell import overlay_available
+    from memrl_envs.lifelong_os.rootfs import is_built, rootfs_path
+    from memrl_envs.lifelong_os.shell import overlay_available
 
     if overlay_available() is not None:
         return None

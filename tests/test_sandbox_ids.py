@@ -46,8 +46,8 @@ def test_a_uid_another_process_holds_is_never_handed_out():
 
 @pytest.mark.skipif(userns_available() is not None, reason=f"no mapped user namespace here: {userns_available()}")
 def test_root_inside_is_an_unprivileged_host_uid():
-    from memrl_envs.lifelong.os_rootfs import is_built, rootfs_path
-    from memrl_envs.lifelong.os_shell import OverlayShell, overlay_available
+    from memrl_envs.lifelong_os.rootfs import is_built, rootfs_path
+    from memrl_envs.lifelong_os.shell import OverlayShell, overlay_available
 
     if overlay_available() is not None or not is_built(rootfs_path()):
         pytest.skip("no Lifelong-OS root file system here (make rootfs)")

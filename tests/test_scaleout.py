@@ -21,14 +21,15 @@ import pytest
 from omegaconf import OmegaConf
 from tiny_env import TinyEnv, reply
 
-from memrl.embed import HashingEmbedder
+from memrl.config.sections import RunnerSettings
+from memrl.control.runner import Runner
+from memrl.core.rundir import RunDir
 from memrl.llm.client import LLMClient
+from memrl.llm.embed import HashingEmbedder
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.bank import SERVER_CLAIM, BankSettings
 from memrl.memory.bankio import read_entries, resolve
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
-from memrl.rundir import RunDir
-from memrl.runner import Runner, RunnerSettings
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
@@ -59,7 +60,7 @@ def sweep_cli(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     base = ["-m", "env=tiny", "llm=scripted", "embedder=hashing", "env.retrieval.delta=0.0",
             "runner.progress=false", "runner.epochs=2", f"hydra.searchpath=[file://{FIXTURE_CONFIGS}]"]
-    return subprocess.run([sys.executable, "-m", "memrl.run", *base, *args], cwd=tmp, env=env,
+    return subprocess.run([sys.executable, "-m", "memrl.cli", "run", *base, *args], cwd=tmp, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -180,7 +181,7 @@ class _OpenAIStub(BaseHTTPRequestHandler):
 
 
 def test_vllm_preset_talks_to_an_openai_compatible_server(tmp_path, monkeypatch):
-    from memrl.config import LLMSettings
+    from memrl.config.sections import LLMSettings
     from memrl.llm.factory import build_client
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _OpenAIStub)

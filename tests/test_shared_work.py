@@ -2,7 +2,7 @@
 are the no-memory prompts, so a sweep run one method after another on one response cache
 pays for the first batch once (cache hits in the later methods' run cards).
 
-A real sweep: `python -m memrl.run -m memory=none,memrl,rag,reflection` on ALFWorld games,
+A real sweep: `python -m memrl.cli run -m memory=none,memrl,rag,reflection` on ALFWorld games,
 the fault server (no faults) as the model through litellm, one shared cache."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from memrl.records import iter_jsonl
-from memrl.rundir import RunDir
+from memrl.core.records import iter_jsonl
+from memrl.core.rundir import RunDir
 from memrl.testing.fault_server import FaultPlan, FaultServer
 
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
@@ -42,7 +42,7 @@ def test_a_sweep_pays_for_the_empty_bank_batch_once(tmp_path):
         env = dict(os.environ, ALFWORLD_DATA=str(ALFWORLD), MEMRL_CACHE_DIR=str(tmp_path / "cache"),
                    HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True",
                    **{KEY_ENV: "unused"})
-        proc = subprocess.run([sys.executable, "-m", "memrl.run", *args], env=env,
+        proc = subprocess.run([sys.executable, "-m", "memrl.cli", "run", *args], env=env,
                               capture_output=True, text=True, timeout=900)
         served = server.counts()
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -9,7 +9,7 @@ import re
 import threading
 import time
 
-from memrl_envs.lifelong.shell_reader import WINDOW, ReplyReader
+from memrl_envs.lifelong_os.shell_reader import WINDOW, ReplyReader
 from memrl_envs.sandbox import CappedReader
 
 

@@ -1,4 +1,4 @@
-"""Teacher banks (`memrl.teach`) and what they do to a student (`memrl.teacher_effect`):
+"""Teacher banks (`memrl.demo.teach`) and what they do to a student (`memrl.demo.teacher_effect`):
 which agent teaches, copy accuracy counted by hand, and the teacher memories' Q movements."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from memrl.demo import min_discordant, power
-from memrl.embed import HashingEmbedder
+from memrl.core.rundir import RunDir
+from memrl.demo.pipeline import min_discordant, power
+from memrl.demo.teacher_effect import copy_accuracy, teacher_episodes, teacher_memory_task, teacher_q
+from memrl.llm.embed import HashingEmbedder
 from memrl.memory.bank import ChromaBank
 from memrl.memory.entry import BankUpdate, MemoryEntry
-from memrl.rundir import RunDir
-from memrl.teacher_effect import copy_accuracy, teacher_episodes, teacher_memory_task, teacher_q
 
 
 def _episode(epoch, task, actions, success, injected=()):
@@ -93,7 +93,7 @@ def test_power_of_the_paired_test():
 def test_every_env_with_an_oracle_can_teach(env, oracle):
     from hydra.utils import get_class
 
-    from memrl.teach import compose, oracle_agent, teacher_overrides
+    from memrl.demo.teach import compose, oracle_agent, teacher_overrides
 
     assert oracle_agent(compose([f"env={env}"])) == oracle
     over = teacher_overrides([f"env={env}", "memory.writer.max_trajectory_chars=500", "runner.epochs=3"])
@@ -107,8 +107,8 @@ def test_every_env_with_an_oracle_can_teach(env, oracle):
 
 
 def test_teach_refuses_an_agent_that_needs_a_model(tmp_path):
-    from memrl.config import ConfigError
-    from memrl.teach import teach
+    from memrl.core.errors import ConfigError
+    from memrl.demo.teach import teach
 
     with pytest.raises(ConfigError, match="oracle"):
         teach(["env=alfworld", "agent=react"], tmp_path / "t")
@@ -124,10 +124,10 @@ def test_history_bank_holds_a_failed_attempt_and_the_experts_episode_per_game(tm
     """The expert plays each game twice (stopped after 2 steps, then whole); the merged bank
     holds both memories under the game's intent, the attempt older in `history` order and by
     a per-game coin in `shuffled` order; a bank made with another recipe is refused."""
-    from memrl.config import ConfigError
+    from memrl.core.errors import ConfigError
+    from memrl.core.seeding import derive_seed
+    from memrl.demo.teach import history_bank
     from memrl.memory.bankio import read_entries, resolve
-    from memrl.seeding import derive_seed
-    from memrl.teach import history_bank
 
     monkeypatch.setenv("ALFWORLD_DATA", str(ALFWORLD))
     monkeypatch.setenv("MEMRL_CACHE_DIR", str(tmp_path / "cache"))

@@ -15,16 +15,17 @@ import pytest
 from test_bank_tools import EMB, train, tree_hash
 from tiny_env import TinyEnv, reply
 
-from memrl.embed import HashingEmbedder
+from memrl.config.sections import RunnerSettings
+from memrl.control.runner import Runner
+from memrl.core.records import EpisodeResult, Task, read_episodes
+from memrl.core.rundir import RunDir
 from memrl.llm.client import LLMClient
+from memrl.llm.embed import HashingEmbedder
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.bank import BankSettings
 from memrl.memory.bankio import SEED_MARKER, BankSourceError, read_entries, resolve
 from memrl.memory.base import FrozenMemory, LearnItem, MemoryModule
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
-from memrl.records import EpisodeResult, Task, read_episodes
-from memrl.rundir import RunDir
-from memrl.runner import Runner, RunnerSettings
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_CONFIGS = REPO / "tests" / "fixtures" / "configs"
@@ -106,8 +107,8 @@ def test_a_seed_interrupted_while_copying_is_completed(tmp_path):
     train(source, epochs=1)
     full = seeded(tmp_path / "full", source, frozen=True).snapshot()
     partial = RunDir(tmp_path / "partial").bank
-    from memrl.memory.bankio import renamed, write_entries
     from memrl.memory.bank import ChromaBank
+    from memrl.memory.bankio import renamed, write_entries
     write_entries(ChromaBank(partial), renamed(read_entries(resolve(source))[:2], "init:"))
     (partial / SEED_MARKER).write_text(json.dumps({"status": "copying"}))
     assert seeded(tmp_path / "partial", source, frozen=True).snapshot() == full
@@ -164,7 +165,7 @@ def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     base = ["env=tiny", "llm=scripted", "embedder=hashing", "env.retrieval.delta=0.0", "runner.progress=false",
             f"hydra.searchpath=[file://{FIXTURE_CONFIGS}]"]
-    return subprocess.run([sys.executable, "-m", "memrl.run", *base, *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "memrl.cli", "run", *base, *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -1,4 +1,4 @@
-"""Readings of the utility-against-similarity experiment (memrl.utility_experiment), each
+"""Readings of the utility-against-similarity experiment (memrl.demo.utility_experiment), each
 against counts made by hand: the mechanism (re-injection after a failure, the student's own
 failures shown), the paired readings across epochs, and why a teacher memory lost."""
 
@@ -11,11 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memrl.records import EpisodeRecord
-from memrl.rundir import RunDir
-from memrl.teacher_effect import teacher_memory, teacher_memory_task
-from memrl.utility_experiment import (own_failure_injections, paired, reinjected_after_failure, sign_test,
-                                      teacher_losses)
+from memrl.core.records import EpisodeRecord
+from memrl.core.rundir import RunDir
+from memrl.demo.teacher_effect import teacher_memory, teacher_memory_task
+from memrl.demo.utility_experiment import (
+    own_failure_injections,
+    paired,
+    reinjected_after_failure,
+    sign_test,
+    teacher_losses,
+)
 
 
 def rec(epoch, task, success, injected=(), written=None, batch=0):

@@ -1,4 +1,4 @@
-"""The Figure-7 readings (memrl.utility_readings): Q against the success of the episodes a
+"""The Figure-7 readings (memrl.metrics.utility): Q against the success of the episodes a
 memory was injected into, and the share of injected memories written by a success."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memrl.metrics import compute_metrics
-from memrl.records import EpisodeRecord
-from memrl.utility_readings import _ranks, _spearman, injected_from_success, q_success
+from memrl.core.records import EpisodeRecord
+from memrl.metrics.compute import compute_metrics
+from memrl.metrics.utility import _ranks, _spearman, injected_from_success, q_success
 
 
 def rec(epoch, task, success, injected=(), written=None, batch=0):

@@ -12,13 +12,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_runner import finish
 
 from memrl.cli import main as memrl_main
-from memrl.rundir import RunDir
+from memrl.core.rundir import RunDir
 from memrl.testing import browser
 from memrl.view import write_page
 from memrl.view.page import SECTIONS
-from test_runner import finish
 
 
 def open_page(path: Path, screenshot: Path) -> dict:
@@ -99,7 +99,7 @@ def test_page_of_a_run_without_bank_log_says_so(tmp_path):
     assert "predates bank_updates.jsonl" in html and 'id="grid-0"' in html
     assert 'id="q-distribution-plot"' not in html and "no bank Q recorded" in html
     # the summary's Figure-7 reading: the run's Pearson r of Q with the injected episodes' success
-    from memrl.utility_readings import q_success
+    from memrl.metrics.utility import q_success
     from memrl.view.data import RunView
 
     qs = q_success(RunView.load(rd.root).records)
@@ -114,7 +114,7 @@ def test_page_of_a_run_without_bank_log_says_so(tmp_path):
 def test_a_parameter_sweep_gets_one_series_per_setting(tmp_path):
     """Runs of one method that differ by a swept key (λ) and by seed: one colour / marker /
     dash per λ, seeds of a λ share them, and the legend names λ and the seed."""
-    from memrl.banklog import BankHistory
+    from memrl.journal.banklog import BankHistory
     from memrl.view.data import RunView
     from memrl.view.page import _styles
 

@@ -8,12 +8,13 @@ import json
 import re
 
 import pytest
-
-from memrl.logging_wandb import EPISODE_COLUMNS, make_epoch_logger, q_values
-from memrl.metrics import compute_metrics, load_run, write_metrics
-from memrl.records import read_episodes
-from memrl.rundir import RunDir
 from test_runner import finish
+
+from memrl.control.tracking import EPISODE_COLUMNS, make_epoch_logger, q_values
+from memrl.core.records import read_episodes
+from memrl.core.rundir import RunDir
+from memrl.metrics.compute import compute_metrics, load_run, write_metrics
+from memrl.report.plots import write_run_plots
 
 wandb = pytest.importorskip("wandb", reason="the wandb extra is not installed")
 
@@ -26,7 +27,8 @@ def test_offline_run_logs_q_histograms_episode_tables_and_report(tmp_path, monke
     rd = RunDir(run)
     rd.card.write_text(json.dumps({"config": {"env": {"name": "coin"}, "memory": {"name": "memrl"},
                                               "seed": 7}, "model": "hash"}))
-    write_metrics(rd, plots=True)
+    write_metrics(rd)
+    write_run_plots(rd)
     assert sorted(q_values(rd, 2)["bank/q"]) == pytest.approx(sorted(e["q"] for e in snap))
     for var in ("WANDB_API_KEY", "WANDB_BASE_URL"):
         monkeypatch.delenv(var, raising=False)

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-
 from test_run_guards import card, memrl_run
 
-from memrl.guards import error_rate_problem
-from memrl.records import read_episodes
-from memrl.rundir import RunDir
-from memrl.status import run_status, table
+from memrl.cli.status import run_status, table
+from memrl.control.guards import error_rate_problem
+from memrl.core.records import read_episodes
+from memrl.core.rundir import RunDir
 
 
 def test_a_writer_failure_counts_against_the_error_rate_like_an_errored_episode():

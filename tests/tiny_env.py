@@ -1,4 +1,4 @@
-"""A tiny deterministic benchmark for tests that go through `python -m memrl.run` (Hydra
+"""A tiny deterministic benchmark for tests that go through `python -m memrl.cli run` (Hydra
 composition, launchers, transfer) without benchmark data or the embedded model.
 
 Each task is one model call; the episode succeeds when the reply starts with a digit 0-7.
@@ -15,8 +15,8 @@ import time
 
 from pydantic import Field
 
-from memrl.records import EpisodeResult, Step, Task
-from memrl_envs.base import Env, EnvSettings, Policy
+from memrl.core.records import EpisodeResult, Step, Task
+from memrl.env.base import Env, EnvSettings, Policy
 
 INTENTS = ["stack the red block on the table", "stack the blue block on the shelf",
            "put the red block in the box", "put the blue block under the lamp",

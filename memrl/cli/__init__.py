@@ -1,20 +1,20 @@
 """The command line: one `memrl` command with a subcommand per tool.
 
-    memrl run [HYDRA OVERRIDES...]       one run, or a sweep with -m (memrl/run.py)
+    memrl run [HYDRA OVERRIDES...]       one run, or a sweep with -m (memrl/cli/run.py)
     memrl report RUNS... --out DIR       tables and figures across runs (memrl/cli/report.py)
     memrl metrics RUN_DIR                a run's metrics (memrl/cli/metrics.py)
     memrl bank top|hist|export|import|merge|copy ...   memory banks (memrl/cli/bank.py)
-    memrl status DIR...                  every run under the folders: status, epochs, Last, spend (memrl/status.py)
-    memrl view RUN_OR_SWEEP... [--out F] one self-contained HTML page of the runs (memrl/view/)
-    memrl export inspect RUN... [--out D]   Inspect AI eval logs, for `inspect view` (memrl/export/)
+    memrl status DIR...                  every run under the folders: status, epochs, Last, spend (memrl/cli/status.py)
+    memrl view RUN_OR_SWEEP... [--out F] one self-contained HTML page of the runs (memrl/cli/view.py)
+    memrl export inspect RUN... [--out D]   Inspect AI eval logs, for `inspect view` (memrl/cli/export.py)
     memrl cache stats|clear|path|prompt  the cache folder; a model call's prompt (memrl/cli/cache.py)
     memrl keys [--hydra]                 which config keys do not change results (memrl/cli/keys.py)
-    memrl plan [-m] [HYDRA OVERRIDES...] calls, tokens, cost, wall time before a run (memrl/plan.py)
+    memrl plan [-m] [HYDRA OVERRIDES...] calls, tokens, cost, wall time before a run (memrl/cli/plan.py)
     memrl check [HYDRA OVERRIDES...]     the run's preflight only: one call per purpose, a table (memrl/cli/check.py)
-    memrl db up|down|status              the Lifelong-DB MariaDB server (memrl_envs.lifelong.db_server)
-    memrl rootfs build|path              the Lifelong-OS root file system (memrl_envs.lifelong.os_rootfs)
-    memrl teach [HYDRA OVERRIDES...]     a teacher bank: the env's oracle plays once (memrl/teach.py)
-    memrl demo [--out DIR] [OVERRIDES...]  `make demo`: a teacher bank on ALFWorld (memrl/demo.py)
+    memrl db up|down|status              the Lifelong-DB MariaDB server (memrl_envs.lifelong_db.server)
+    memrl rootfs build|path              the Lifelong-OS root file system (memrl_envs.lifelong_os.rootfs)
+    memrl teach [HYDRA OVERRIDES...]     a teacher bank: the env's oracle plays once (memrl/cli/teach.py)
+    memrl demo [--out DIR] [OVERRIDES...]  `make demo`: MemRL, RAG and no memory on ALFWorld (memrl/cli/demo.py)
 
 Installed as a console script by `make setup` ([project.scripts] in pyproject.toml); without
 it, `python -m memrl.cli <subcommand> ...` is the same.
@@ -29,14 +29,14 @@ USAGE = __doc__.split("\n\n")[1]
 
 
 def _run(argv: list[str]) -> int:
-    """Hydra reads sys.argv: hand it the overrides as if `python -m memrl.run` was called."""
-    from memrl import run
+    """Hydra reads sys.argv: hand it the overrides as if `python -m memrl.cli run` was called."""
+    from memrl.cli import run as cli_run
 
     saved = sys.argv
     sys.argv = ["memrl run", *argv]
     try:
-        run.main()
-    except SystemExit as exc:  # Hydra and memrl.run exit with the status themselves
+        cli_run.main()
+    except SystemExit as exc:  # Hydra and memrl.cli.run exit with the status themselves
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     finally:
         sys.argv = saved
@@ -58,17 +58,17 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "report": _tool("memrl.cli.report"),
     "metrics": _tool("memrl.cli.metrics"),
     "bank": _tool("memrl.cli.bank"),
-    "status": _tool("memrl.status"),
-    "view": _tool("memrl.view"),
-    "export": _tool("memrl.export"),
+    "status": _tool("memrl.cli.status"),
+    "view": _tool("memrl.cli.view"),
+    "export": _tool("memrl.cli.export"),
     "cache": _tool("memrl.cli.cache"),
     "keys": _tool("memrl.cli.keys"),
-    "plan": _tool("memrl.plan"),
+    "plan": _tool("memrl.cli.plan"),
     "check": _tool("memrl.cli.check"),
-    "db": _tool("memrl_envs.lifelong.db_server", named=False),
-    "rootfs": _tool("memrl_envs.lifelong.os_rootfs", named=False),
-    "teach": _tool("memrl.teach", named=False),
-    "demo": _tool("memrl.demo"),
+    "db": _tool("memrl_envs.lifelong_db.server", named=False),
+    "rootfs": _tool("memrl_envs.lifelong_os.rootfs", named=False),
+    "teach": _tool("memrl.cli.teach", named=False),
+    "demo": _tool("memrl.cli.demo"),
 }
 
 

@@ -19,14 +19,14 @@ The bank itself (the Chroma store) is memrl/memory/bank.py; reading banks from e
 memrl/memory/bankio.py; this module is only the command line around them.
 
 A copied or merged bank is used by a run through the bank options every banked memory has:
-    python -m memrl.run ... memory.bank.init_from=OUT memory.bank.frozen=true
+    python -m memrl.cli run ... memory.bank.init_from=OUT memory.bank.frozen=true
 `init_from` seeds the new run's bank with a copy of OUT (ids prefixed "init:"); `frozen`
 makes the run retrieve only (no utility updates, no new memories).
 
 Memory merging across Lifelong OS and DB (paper App. C.2):
     memrl bank merge runs/<os run> runs/<db run> merged_os_db --labels os,db
-    python -m memrl.run <OS preset> memory.bank.init_from=merged_os_db memory.bank.frozen=true
-    python -m memrl.run <DB preset> memory.bank.init_from=merged_os_db memory.bank.frozen=true
+    python -m memrl.cli run <OS preset> memory.bank.init_from=merged_os_db memory.bank.frozen=true
+    python -m memrl.cli run <DB preset> memory.bank.init_from=merged_os_db memory.bank.frozen=true
 """
 
 from __future__ import annotations
@@ -40,14 +40,24 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from memrl.banklog import BankHistory
-from memrl.memory.bank import BankSettings, ChromaBank
-from memrl.memory.bankio import (BankSource, BankSourceError, check_dims, check_unique_ids,
-                                 create_bank, fingerprint, hnsw_meta, merge_entries, read_entries,
-                                 resolve, write_jsonl)
+from memrl.core.records import iter_jsonl
+from memrl.core.rundir import RunDir
+from memrl.journal.banklog import BankHistory
+from memrl.memory.bank import BankSettings
+from memrl.memory.bankio import (
+    BankSource,
+    BankSourceError,
+    check_dims,
+    check_unique_ids,
+    create_bank,
+    fingerprint,
+    hnsw_meta,
+    merge_entries,
+    read_entries,
+    resolve,
+    write_jsonl,
+)
 from memrl.memory.entry import MemoryEntry
-from memrl.records import iter_jsonl
-from memrl.rundir import RunDir
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -105,7 +115,7 @@ def q_per_epoch(records: list[dict[str, Any]], history: BankHistory | None = Non
     epoch e, and `injected[e]`, the Q of every memory injected in epoch e as recorded at
     retrieval (one value per injection). `source` says where `bank` came from:
 
-    - "bank_updates": replayed from the run's bank-update log (memrl.banklog), exact, when
+    - "bank_updates": replayed from the run's bank-update log (memrl.journal.banklog), exact, when
       the log covers every committed batch (every run since the log exists);
     - "rebuilt": a run from before the log (or resumed into it) keeps only its final bank,
       so `bank` is rebuilt from the episode records and the final bank `entries`
@@ -263,7 +273,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
                 {"copied_from": src.describe(), "model": src.model, "for_model": args.for_model,
                  "embedder": src.embedder, "memory": src.memory})
     print(f"copied {n} entries from {src.path} (model {src.model}) for {args.for_model} to {args.out}\n"
-          f"use: python -m memrl.run ... llm={args.for_model} memory={src.memory or '<same memory>'} "
+          f"use: python -m memrl.cli run ... llm={args.for_model} memory={src.memory or '<same memory>'} "
           f"memory.bank.init_from={args.out} memory.bank.frozen=true")
     return 0
 

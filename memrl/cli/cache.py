@@ -1,4 +1,4 @@
-"""`memrl cache stats|clear|path`: what the cache folder holds, and deleting one cache.
+"""`memrl cache stats|clear|path`: what the cache folder holds, and deleting one cachedir.
 
     stats [--json]             every cache present: its files, size and entries
     clear TARGET --yes         delete one cache (a target `stats` lists); without --yes it
@@ -7,7 +7,7 @@
     prompt KEY [--json]        the prompt and the answer of one model call, by the key an
                                episode record lists for it (`model_calls[].key`)
 
-The folder is $MEMRL_CACHE_DIR, else ~/.cache/memrl (`--dir` for another one); memrl/cache.py
+The folder is $MEMRL_CACHE_DIR, else ~/.cache/memrl (`--dir` for another one); memrl/core/cachedir.py
 says what each cache is and how to move an older checkout's runs/.cache here.
 """
 
@@ -19,78 +19,78 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from memrl import cache
-from memrl.errors import cli_exit
+from memrl.core import cachedir
+from memrl.core.errors import cli_exit
 
 
 def _db_live(path: Path) -> bool:
     """A server may be using the folder: its pid file names a live process."""
-    from memrl_envs.lifelong.db_server import MariaDBServer
+    from memrl_envs.lifelong_db.server import MariaDBServer
 
     pid = MariaDBServer(path).pid()
     return pid is not None and Path(f"/proc/{pid}").exists()
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    root = args.dir or cache.default_cache_dir()
-    rows = cache.inventory(root)
+    root = args.dir or cachedir.default_cache_dir()
+    rows = cachedir.inventory(root)
     if args.json:
         print(json.dumps({"dir": str(root), "caches": rows}, indent=2))
         return 0
     print(f"{root}: {len(rows)} entr{'y' if len(rows) == 1 else 'ies'}, "
-          f"{cache.human(sum(r['bytes'] for r in rows))}")
+          f"{cachedir.human(sum(r['bytes'] for r in rows))}")
     for r in rows:
-        print(f"  {r['target']:<16} {cache.human(r['bytes']):>10}  {r['entries']:<28} {r['what']}")
-    old = Path.cwd() / cache.OLD_CACHE_DIR
+        print(f"  {r['target']:<16} {cachedir.human(r['bytes']):>10}  {r['entries']:<28} {r['what']}")
+    old = Path.cwd() / cachedir.OLD_CACHE_DIR
     if old.is_dir() and old.resolve() != Path(root).resolve():
-        print(f"note: {old} holds caches of the older layout; see memrl/cache.py to move them here")
+        print(f"note: {old} holds caches of the older layout; see memrl/core/cachedir.py to move them here")
     return 0
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    root = args.dir or cache.default_cache_dir()
-    rows = {r["target"]: r for r in cache.inventory(root)}
+    root = args.dir or cachedir.default_cache_dir()
+    rows = {r["target"]: r for r in cachedir.inventory(root)}
     if args.target not in rows:
-        raise cache.CacheError(f"{args.target!r}: not in {root} (it holds: {', '.join(sorted(rows)) or 'nothing'})")
+        raise cachedir.CacheError(f"{args.target!r}: not in {root} (it holds: {', '.join(sorted(rows)) or 'nothing'})")
     row = rows[args.target]
     if not args.yes:
-        print(f"would delete {args.target} ({cache.human(row['bytes'])}, {row['entries']}):")
+        print(f"would delete {args.target} ({cachedir.human(row['bytes'])}, {row['entries']}):")
         for p in row["paths"]:
             print(f"  {p}")
         print("add --yes to delete it")
         return 1
-    for p in cache.clear(args.target, root, is_live=_db_live):
+    for p in cachedir.clear(args.target, root, is_live=_db_live):
         print(f"deleted {p}")
     return 0
 
 
 def cmd_path(args: argparse.Namespace) -> int:
-    root = args.dir or cache.default_cache_dir()
+    root = args.dir or cachedir.default_cache_dir()
     if args.target is None:
         print(root)
-    elif args.target == cache.DB_DIR:
-        print(cache.db_dir(args.dir))
-    elif args.target in cache.by_target():
-        print(root / cache.by_target()[args.target].names[0])
+    elif args.target == cachedir.DB_DIR:
+        print(cachedir.db_dir(args.dir))
+    elif args.target in cachedir.by_target():
+        print(root / cachedir.by_target()[args.target].names[0])
     else:
-        raise cache.CacheError(f"{args.target!r}: not a cache ({', '.join(cache.by_target())})")
+        raise cachedir.CacheError(f"{args.target!r}: not a cache ({', '.join(cachedir.by_target())})")
     return 0
 
 
 def cmd_prompt(args: argparse.Namespace) -> int:
-    from memrl.llm.cache import ResponseCache
+    from memrl.llm.response_cache import ResponseCache
 
-    root = args.dir or cache.default_cache_dir()
-    path = root / cache.LLM_CACHE
+    root = args.dir or cachedir.default_cache_dir()
+    path = root / cachedir.LLM_CACHE
     if not path.is_file():
-        raise cache.CacheError(f"no response cache at {path}")
+        raise cachedir.CacheError(f"no response cache at {path}")
     rc = ResponseCache(path)
     try:
         found = rc.lookup(args.key)
     finally:
         rc.close()
     if found["request"] is None and found["response"] is None:
-        raise cache.CacheError(f"{args.key}: not in {path}")
+        raise cachedir.CacheError(f"{args.key}: not in {path}")
     if args.json:
         print(json.dumps(found, indent=2, ensure_ascii=False))
         return 0
@@ -133,7 +133,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, prog: str = "memrl cache") -> int:
     args = parser(prog).parse_args(argv)
-    return cli_exit(lambda: args.fn(args), cache.CacheError, 2, prefix="memrl")
+    return cli_exit(lambda: args.fn(args), cachedir.CacheError, 2, prefix="memrl")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`memrl check <the same overrides as a run>`: only the run's preflight (memrl.preflight).
+"""`memrl check <the same overrides as a run>`: only the run's preflight (memrl.control.preflight).
 
 It composes and validates the config as `memrl run` would, builds the env, the memory
 module (its bank in a temporary folder), the models and the embedder, checks every key,
@@ -22,16 +22,16 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from memrl.errors import ConfigError
+from memrl.core.errors import ConfigError
 from memrl.llm.base import MissingKeyError
 
 
 def check(overrides: Sequence[str]) -> tuple[Any, str]:
     """(the Preflight, a description of the models) for a run's overrides."""
-    from memrl.build import build
-    from memrl.config import validate
-    from memrl.plan import compose
-    from memrl.preflight import check_keys, preflight, run_clients
+    from memrl.config.validate import validate
+    from memrl.control.plan import compose
+    from memrl.control.preflight import check_keys, preflight, run_clients
+    from memrl.control.wiring import build
 
     v = validate(compose(list(overrides)))
     with tempfile.TemporaryDirectory(prefix="memrl-check-") as tmp:
@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl check") -> int:
                                  epilog="Any other argument is a Hydra override of the run.")
     ap.add_argument("--json", action="store_true", help="print the table's rows as JSON")
     args, overrides = ap.parse_known_args(argv)
-    from memrl.preflight import table
+    from memrl.control.preflight import table
 
     try:
         result, models = check(overrides)
@@ -88,4 +88,4 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl check") -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(prog="python -m memrl.cli.check"))
+    sys.exit(main(prog="python -m memrl.cli check"))

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from memrl.metrics import ZERO_FAIL_READINGS, write_metrics
+from memrl.metrics.compute import ZERO_FAIL_READINGS, write_metrics
+from memrl.report.plots import write_run_plots
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "memrl metrics") -> int:
@@ -21,10 +22,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl metrics") -> int:
                     help="an epoch with no failure (FR = 0/0): count it as 0 (default) or skip it")
     args = ap.parse_args(argv)
     try:
-        metrics = write_metrics(args.run_dir, plots=not args.no_plots, allow_missing=args.allow_missing,
-                                zero_fail=args.forgetting_zero_fail)
+        metrics = write_metrics(args.run_dir, allow_missing=args.allow_missing, zero_fail=args.forgetting_zero_fail)
+        if not args.no_plots:
+            write_run_plots(args.run_dir, args.forgetting_zero_fail)
     except (FileNotFoundError, ValueError) as exc:
-        print(f"memrl.metrics: error: {exc}", file=sys.stderr)
+        print(f"memrl metrics: error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(metrics, indent=2, sort_keys=True))
     return 0

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from memrl.metrics import ZERO_FAIL_READINGS
+from memrl.metrics.compute import ZERO_FAIL_READINGS
 from memrl.report import build_report
 from memrl.report.grouping import REFERENCE
 

@@ -13,7 +13,7 @@ held-out evaluation (`<stem>_eval<E>.eval`); one sample per episode:
   memory the episode wrote (id, text, Q as written); outcome, reward, steps, tokens, cost,
   errors, the model calls' cache keys, seed;
 - `events`: one model event per model call with its prompt and answer, where the response
-  cache (memrl.llm.cache) still holds them (`cache`: the response cache file; calls it lacks
+  cache (memrl.llm.response_cache) still holds them (`cache`: the response cache file; calls it lacks
   are left out and counted in the sample's metadata);
 - an errored episode (model or environment error) carries the error as the sample's.
 
@@ -29,15 +29,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from memrl.banklog import BankHistory
-from memrl.memtexts import read_texts
-from memrl.metrics import csr_curve, sr_curve, success_matrix
-from memrl.records import EpisodeRecord, read_episodes
-from memrl.runcard import identity
-from memrl.rundir import RunDir
+from memrl.core.records import EpisodeRecord, read_episodes
+from memrl.core.rundir import RunDir
+from memrl.journal.banklog import BankHistory
+from memrl.journal.memtexts import read_texts
+from memrl.journal.runcard import identity
+from memrl.metrics.compute import csr_curve, sr_curve, success_matrix
 
 if TYPE_CHECKING:
-    from memrl.llm.cache import ResponseCache
+    from memrl.llm.response_cache import ResponseCache
 
 INSTALL_HINT = 'memrl export inspect needs inspect-ai: pip install -e ".[inspect]"'
 
@@ -105,8 +105,7 @@ def _events(rec: EpisodeRecord, cache: "ResponseCache | None", model: str,
     if cache is None or not rec.model_calls:
         return [], len(rec.model_calls)
     from inspect_ai.event import ModelEvent
-    from inspect_ai.model import (ChatMessageAssistant, ChatMessageSystem, ChatMessageUser,
-                                  GenerateConfig, ModelOutput)
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageUser, GenerateConfig, ModelOutput
 
     roles = {"system": ChatMessageSystem, "assistant": ChatMessageAssistant}
     events, missing = [], 0

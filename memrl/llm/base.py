@@ -109,7 +109,7 @@ class LLMRequest:
     # "json": ask the provider for a JSON object (JSON mode) where it offers one. None (the
     # default) leaves the request, and its cache key, exactly as before this field existed.
     response_format: str | None = None
-    # What the call is for, never part of the cache key (memrl.llm.cache picks the keyed
+    # What the call is for, never part of the cache key (memrl.llm.response_cache picks the keyed
     # fields): its purpose ("act", "write-script", ...), the tokens the caller asked for its
     # answer (`max_tokens` is the budget sent, reasoning headroom included: memrl.llm.profile)
     # and the config key that sets them, which an error names as the fix.
@@ -134,7 +134,7 @@ class LLMResponse:
     cost_usd: float = 0.0
     cached: bool = False  # served from the response cache (no call made now)
     model: str = ""
-    key: str = ""  # the request's cache key (memrl.llm.cache.request_key), set by the client
+    key: str = ""  # the request's cache key (memrl.llm.response_cache.request_key), set by the client
     reasoning_tokens: int = 0
     cached_prompt_tokens: int = 0
     finish_reason: str = ""  # the provider's: stop, length, ... ("" when it does not say)
@@ -182,7 +182,7 @@ class UsageMeter:
     """Counts one episode's (or one writer's) model use, and lists its calls in order:
     `model_calls` = [{"purpose", "key"}] (plus `"failed": true` for a call that failed), the
     key being the request's cache key, under which the response cache keeps the prompt and
-    the answer (memrl.llm.cache)."""
+    the answer (memrl.llm.response_cache)."""
 
     calls: int = 0
     cache_hits: int = 0
@@ -247,7 +247,7 @@ def call_notes(resp: LLMResponse) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ModelProbe:
-    """One kind of call a run will make, as the preflight sends it (memrl.preflight): the
+    """One kind of call a run will make, as the preflight sends it (memrl.control.preflight): the
     model client's config key (`role`: "llm", "env.judge"), the call's purpose, a prompt like
     the run's, the tokens its answer gets (`answer_tokens`, before the reasoning headroom of
     memrl.llm.profile), the key that sets them, and the call's stop / temperature / format."""

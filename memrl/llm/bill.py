@@ -4,7 +4,8 @@ sequences the provider dropped, applied here, and the error of a budget that ran
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
 
 from memrl.llm.base import BudgetExhaustedError, LLMRequest, LLMResponse
 from memrl.llm.profile import ModelProfile
@@ -72,3 +73,58 @@ def exhausted(request: LLMRequest, resp: LLMResponse, p: ModelProfile, model_id:
         f"{model_id}: the {what}'s completion budget ran out before the model "
         f"wrote any text: {request.max_tokens} tokens ({parts}), {spent} (finish_reason "
         f"length); raise {fix}")
+
+
+# --------------------------------------------------------------------------- spend
+@dataclass(frozen=True)
+class Spend:
+    """What was paid: USD and tokens, and how many paid calls had no known price (their
+    USD is unknown: `usd` is then a lower bound, never the whole spend)."""
+
+    usd: float = 0.0
+    tokens: int = 0
+    unpriced_calls: int = 0
+
+    def __add__(self, other: "Spend") -> "Spend":
+        return Spend(self.usd + other.usd, self.tokens + other.tokens,
+                     self.unpriced_calls + other.unpriced_calls)
+
+    def __sub__(self, other: "Spend") -> "Spend":
+        return Spend(self.usd - other.usd, self.tokens - other.tokens,
+                     self.unpriced_calls - other.unpriced_calls)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"usd": round(self.usd, 6), "tokens": int(self.tokens)}
+        if self.unpriced_calls:
+            out["unpriced_calls"] = int(self.unpriced_calls)
+        return out
+
+
+def spend_of_totals(totals: Mapping[str, Any]) -> Spend:
+    """Spend in an LLM client's `totals()` (or a run card's `llm` section)."""
+    return Spend(usd=float(totals.get("cost_usd", 0.0) or 0.0),
+                 tokens=int(totals.get("prompt_tokens", 0) or 0) + int(totals.get("completion_tokens", 0) or 0),
+                 unpriced_calls=int(totals.get("unpriced_calls", 0) or 0))
+
+
+def clients_spend(clients: Iterable[Any]) -> Spend:
+    """What these LLM clients spent in this process (each client once)."""
+    total, seen = Spend(), set()
+    for c in clients:
+        if c is None or id(c) in seen:
+            continue
+        seen.add(id(c))
+        total = total + spend_of_totals(c.totals())
+    return total
+
+
+def sessions_spend(sessions: Iterable[Mapping[str, Any]]) -> Spend:
+    """What the recorded sessions of a run spent."""
+    total = Spend()
+    for s in sessions:
+        if isinstance(s.get("spend"), Mapping):
+            total = total + Spend(float(s["spend"].get("usd", 0.0)), int(s["spend"].get("tokens", 0)),
+                                  int(s["spend"].get("unpriced_calls", 0)))
+        elif isinstance(s.get("llm"), Mapping):
+            total = total + spend_of_totals(s["llm"])
+    return total

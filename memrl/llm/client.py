@@ -35,12 +35,12 @@ Accounting: `client.totals()` counts what this process spent (backend calls, the
 cost; cache hits separately). A cached response keeps the tokens and cost recorded when it was
 first made, so an episode's `meter` reads the same on a replay as on the original run. A
 response is counted when it arrives, before it is cached, so a paid answer that the cache
-could not store is still counted (memrl.budget reads these totals).
+could not store is still counted (memrl.control.budget reads these totals).
 
-Errors that stop the run (memrl.guards): a non-transient provider error (`is_fatal`: bad or
+Errors that stop the run (memrl.control.guards): a non-transient provider error (`is_fatal`: bad or
 missing key, no permission, no such model, a request the provider rejects, a prompt past the
 context window; not a content-policy refusal, which belongs to one prompt) and a response
-cache that cannot be read or written (`memrl.storage.StorageError`) trip the client's
+cache that cannot be read or written (`memrl.core.storage.StorageError`) trip the client's
 `tripwire` when it has one; from then on every call fails at once without reaching the
 backend, so the batch in flight ends quickly and the runner stops before committing it.
 
@@ -67,7 +67,7 @@ price (`priced: False`) is counted as `unpriced_calls`, never as $0.
 
 In-flight deduplication: with a cache, one request (one cache key) is sent at most once at a
 time by all the callers sharing that cache: threads of this process wait on the first
-caller's event, other processes on its claim in the cache (memrl.llm.cache), then read the
+caller's event, other processes on its claim in the cache (memrl.llm.response_cache), then read the
 answer from the cache (counted as cache hits; `claim_waits` counts the polls). Runs launched
 in parallel on one cache thus pay for a shared request once.
 
@@ -90,6 +90,9 @@ from typing import Any, NoReturn
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
+from memrl.core.safe_text import safe, safe_str
+from memrl.core.stops import MODEL, STORAGE, Tripwire
+from memrl.core.storage import StorageError
 from memrl.llm.base import (
     Backend,
     BudgetExhaustedError,
@@ -104,13 +107,12 @@ from memrl.llm.base import (
     content_text,
     has_images,
 )
-from memrl.guards import MODEL, STORAGE, Tripwire
-from memrl.llm.bill import USAGE as _USAGE, Bill as _Bill, apply_stop, exhausted
-from memrl.llm.cache import ResponseCache, payload_key, request_key, request_payload
+from memrl.llm.bill import USAGE as _USAGE
+from memrl.llm.bill import Bill as _Bill
+from memrl.llm.bill import apply_stop, exhausted
 from memrl.llm.profile import ModelProfile, plain_profile
-from memrl.safe_text import safe, safe_str
 from memrl.llm.ratelimit import ConcurrencyLimiter
-from memrl.storage import StorageError
+from memrl.llm.response_cache import ResponseCache, payload_key, request_key, request_payload
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +289,7 @@ class LLMClient:
         self._totals: Counter[str] = Counter()
         self._flights: dict[str, threading.Event] = {}  # keys being called in this process
         self._cost = 0.0
-        # the run's stop signal (memrl.guards): tripped by a fatal error seen here
+        # the run's stop signal (memrl.control.guards): tripped by a fatal error seen here
         self.tripwire = tripwire
         self._profile: ModelProfile | None = None
         self.section = section  # the config key of its model section ("llm", "env.judge"), for messages
@@ -317,7 +319,7 @@ class LLMClient:
         if temperature is None:  # the model's own: its one temperature, else greedy
             temperature = self.profile.fixed_temperature if self.profile.fixed_temperature is not None else 0.0
         return LLMRequest(
-            messages=safe(messages),  # a prompt quotes sandbox output: made safe once (memrl.safe_text)
+            messages=safe(messages),  # a prompt quotes sandbox output: made safe once (memrl.core.safe_text)
             max_tokens=self.profile.budget(answer),
             temperature=float(temperature),
             top_p=float(d.get("top_p", 1.0)),
@@ -346,7 +348,7 @@ class LLMClient:
 
     # -- one request --------------------------------------------------------------------
     def key(self, request: LLMRequest) -> str:
-        """The request's cache key: memrl.llm.cache.payload_key of its payload for this
+        """The request's cache key: memrl.llm.response_cache.payload_key of its payload for this
         backend's model identity (`cache_identity`), the request as the cache sees it
         (`_as_keyed`)."""
         return payload_key(request_payload(self.cache_identity, self._as_keyed(request)))
@@ -406,7 +408,7 @@ class LLMClient:
     def _lead_or_wait(self, key: str) -> tuple[LLMResponse | None, bool]:
         """(an answer another caller made for `key` while this one waited, False), or (None,
         claimed) when this caller is to call the model; `claimed`: it holds the key's claim
-        in the cache (memrl.llm.cache), to be released by `_end_flight`."""
+        in the cache (memrl.llm.response_cache), to be released by `_end_flight`."""
         assert self.cache is not None
         while True:
             with self._lock:
@@ -513,7 +515,7 @@ class LLMClient:
         raise LLMError(f"{self.backend.model_id}: {exc}") from exc
 
     def probe(self, request: LLMRequest | None = None) -> LLMResponse:
-        """One call past the cache (the preflight sends what the run will send: memrl.preflight),
+        """One call past the cache (the preflight sends what the run will send: memrl.control.preflight),
         retried like any call and counted (paid). Raises LLMError when the model cannot be
         called; a budget that ran out raises BudgetExhaustedError (the run is not started, so
         nothing is tripped). Without a request: a one-word question at the default budget."""

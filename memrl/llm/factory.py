@@ -21,11 +21,11 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from memrl.core.cachedir import LLM_CACHE, default_cache_dir
 from memrl.llm.base import Backend, LLMRequest
-from memrl.cache import LLM_CACHE, default_cache_dir
-from memrl.llm.cache import ResponseCache
 from memrl.llm.client import LLMClient
 from memrl.llm.profile import plain_profile
+from memrl.llm.response_cache import ResponseCache
 
 # the llm section's keys that describe the model itself (memrl.llm.profile)
 PROFILE_KEYS = ("reasoning", "reasoning_effort", "reasoning_headroom", "max_output_tokens",

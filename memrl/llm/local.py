@@ -181,7 +181,7 @@ class LocalLlamaBackend:
         return self._model_id
 
     def identity(self) -> dict[str, Any]:
-        """What the model is (memrl.preflight, the run card's `model_identity`): `key` is the
+        """What the model is (memrl.control.preflight, the run card's `model_identity`): `key` is the
         model id (the cache identity), `source` how it was found, `file` where it was read."""
         source = (f"packaged model {self.packaged.name}" if self.model_path is None and self.packaged
                   else "model file (name and sha256)")

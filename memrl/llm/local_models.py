@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from memrl.cache import MODELS_DIR, default_cache_dir
+from memrl.core.cachedir import MODELS_DIR, default_cache_dir
 
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -16,10 +16,9 @@ from typing import Any, Iterator, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from memrl.result_keys import no_effect
-
-from .entry import BankUpdate, MemoryEntry
-from .retrieval import TIE_TOL, key_similarities, phase_a
+from memrl.core.fields import no_effect
+from memrl.memory.entry import BankUpdate, MemoryEntry
+from memrl.memory.retrieval import TIE_TOL, key_similarities, phase_a
 
 _GET_PAGE = 2000
 _ADD_BATCH = 5000  # Chroma's maximum batch is 5,461

@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from memrl.records import write_json_atomic
-from memrl.rundir import RunDir
-
-from .bank import SERVER_CLAIM, BankSettings, ChromaBank
-from .entry import BankUpdate, MemoryEntry
+from memrl.core.records import write_json_atomic
+from memrl.core.rundir import RunDir
+from memrl.memory.bank import SERVER_CLAIM, BankSettings, ChromaBank
+from memrl.memory.entry import BankUpdate, MemoryEntry
 
 META_FILE = "bank_meta.json"
 CHROMA_FILE = "chroma.sqlite3"

@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memrl.records import EpisodeResult, RetrievedMemory, Task
-from memrl.rundir import RunDir
-
-from .entry import BankUpdate, MemoryEntry
+from memrl.core.records import EpisodeResult, RetrievedMemory, Task
+from memrl.core.rundir import RunDir
+from memrl.memory.entry import BankUpdate, MemoryEntry
 
 if TYPE_CHECKING:
     from memrl.llm.base import ModelProbe
@@ -116,12 +115,12 @@ class MemoryModule(ABC):
 
     def model_probes(self, task: Task) -> list["ModelProbe"]:
         """The model calls the module makes around an episode of `task` (writing, judging),
-        one per purpose, as it makes them (memrl.preflight); default none."""
+        one per purpose, as it makes them (memrl.control.preflight); default none."""
         return []
 
     def bank_state(self, ids: list[str] | None) -> dict[str, dict[str, Any]] | None:
         """{id: {"q", "visits", "intent", "experience"}} of the bank's entries `ids` (None: every
-        entry), read for the bank-update log (memrl.banklog); None for a module without a bank."""
+        entry), read for the bank-update log (memrl.journal.banklog); None for a module without a bank."""
         return None
 
     def bank_size(self) -> int | None:
@@ -216,7 +215,7 @@ class BankedMemory(EntryMemory):
         self.bank = settings.bank.open(bank_dir)
         self.bank_facts: dict[str, Any] = {}
         if settings.bank.init_from:
-            from .bankio import seed_once
+            from memrl.memory.bankio import seed_once
 
             self.bank_facts["init_from"] = seed_once(
                 self.bank, bank_dir, settings.bank.init_from, embedder,

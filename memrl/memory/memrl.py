@@ -15,19 +15,28 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from memrl.records import EpisodeResult, RetrievalStats, Retrieved, RetrievedMemory, Task
-
-from .bank import BankSettings
-from .base import BankedMemory, LearnItem, NewMemory
-from .entry import BankUpdate, MemoryEntry
-from .retrieval import (PhaseBOptions, TieRule, choose_key, epsilon_greedy, key_similarities,
-                        passes_gate, phase_a, pool_by_intent, rank_pool, similarity_quantile,
-                        update_q)
-from .writer import ExperienceWriter
+from memrl.core.records import EpisodeResult, RetrievalStats, Retrieved, RetrievedMemory, Task
+from memrl.memory.bank import BankSettings
+from memrl.memory.base import BankedMemory, LearnItem, NewMemory
+from memrl.memory.entry import BankUpdate, MemoryEntry
+from memrl.memory.retrieval import (
+    PhaseBOptions,
+    TieRule,
+    choose_key,
+    epsilon_greedy,
+    key_similarities,
+    passes_gate,
+    phase_a,
+    pool_by_intent,
+    rank_pool,
+    similarity_quantile,
+    update_q,
+)
+from memrl.memory.writer import ExperienceWriter
 
 if TYPE_CHECKING:
-    from memrl.embed import Embedder
     from memrl.llm.client import EpisodeLLM
+    from memrl.llm.embed import Embedder
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +175,7 @@ class MemRLMemory(BankedMemory):
         return self.writer.write(task.intent, result, llm if self.s.write_mode == "llm" else None)
 
     def model_probes(self, task: Task) -> list[Any]:
-        """The writer's call (memrl.preflight), when memories are model-written."""
+        """The writer's call (memrl.control.preflight), when memories are model-written."""
         return [self.writer.probe(task.intent)] if self.needs_llm else []
 
     def reward(self, success: bool) -> float:

@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from memrl.core.records import EpisodeResult
 from memrl.llm.base import LLMError, ModelProbe
-from memrl.records import EpisodeResult
 
 if TYPE_CHECKING:
     from memrl.llm.client import EpisodeLLM
@@ -65,7 +65,7 @@ def _first_lines(text: str, max_lines: int) -> str:
 
 # the writer's answer budget, as the config spells it (named by a budget that ran out)
 BUDGET_KEY = "memory.writer.max_tokens"
-# what the preflight's writer call shows as the attempt (memrl.preflight)
+# what the preflight's writer call shows as the attempt (memrl.control.preflight)
 SAMPLE_ATTEMPT = "> look\nYou are in the middle of a room. Nothing happens.\n> inventory\nYou are not carrying anything."
 
 
@@ -117,7 +117,7 @@ class ExperienceWriter:
             raise ValueError(f"memory.writer.layout: {' | '.join(LAYOUTS)} (got {self.layout!r})")
 
     def probe(self, intent: str) -> ModelProbe:
-        """A reflection call like the ones `write` makes (memrl.preflight)."""
+        """A reflection call like the ones `write` makes (memrl.control.preflight)."""
         if self.layout == "official":
             return ModelProbe(role="llm", purpose="write-reflection",
                               prompt=OFFICIAL_REFLECTION_PROMPT.format(intent=intent, trajectory=SAMPLE_ATTEMPT),

@@ -12,15 +12,15 @@ One module per job:
 - `build`     `build_report`, which writes all of them into one folder.
 
 Command line: ``memrl report RUN_OR_MULTIRUN_DIR... --out DIR`` (also
-``python -m memrl.report`` and ``python scripts/report.py``; memrl/cli/report.py).
+``python -m memrl.cli report`` and ``python scripts/report.py``; memrl/cli/report.py).
 """
 
-from memrl.report.build import build_report
 from memrl.report.grouping import Group, group_runs, swept_keys
 from memrl.report.runs import Run, find_runs, load_run
 from memrl.report.series import injected_q_by_epoch
 from memrl.report.stats import mcnemar, paired_bootstrap, t_interval
 from memrl.report.tables import eval_sr_curve
+from memrl.report.write import build_report
 
 __all__ = ["Group", "Run", "build_report", "eval_sr_curve", "find_runs", "group_runs",
            "injected_q_by_epoch", "load_run", "mcnemar", "paired_bootstrap", "swept_keys",

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from memrl.metrics import ZeroFail, csr_curve, forgetting_curve, q_bins, sr_curve
+from memrl.metrics.compute import ZeroFail, csr_curve, forgetting_curve, q_bins, sr_curve
 from memrl.report.grouping import Group, _sort_value, short_key
 from memrl.report.runs import Run
 from memrl.report.series import bank_q_by_epoch, curve_band, injected_q_by_epoch

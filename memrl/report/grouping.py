@@ -6,7 +6,7 @@ only go to Table 2. Swept keys are detected, per (mode, env, memory) family, as 
 keys (flattened, dotted) whose values differ between the family's runs -- e.g.
 ``memory.lam`` in a λ sweep or ``memory.k1``/``memory.k2`` in a top-k grid -- ignoring the
 grouping axes themselves (`AXES`) and every key whose schema marks it as not changing results
-(cache and data locations, progress bars, concurrency, logging: memrl.result_keys). Within a
+(cache and data locations, progress bars, concurrency, logging: memrl.config.keys). Within a
 group, runs are the seeds (``config.seed``); a second run with the same seed in one group is
 dropped with a warning (the first by path order is kept).
 """
@@ -38,8 +38,8 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def ignored_keys(configs: Sequence[dict[str, Any]]) -> frozenset[str]:
     """Keys that never make two runs two groups: the report's own axes and every key the
-    runs' schemas mark as not changing results (memrl.result_keys.report_ignored)."""
-    from memrl.result_keys import report_ignored
+    runs' schemas mark as not changing results (memrl.config.keys.report_ignored)."""
+    from memrl.config.keys import report_ignored
 
     out = set(AXES)
     for c in configs:
@@ -56,7 +56,7 @@ def _ignored(key: str, ignored: frozenset[str]) -> bool:
 def comparable_config(config: dict[str, Any]) -> dict[str, Any]:
     """A run's config without the keys its section's schema has retired (an older run card
     may still hold them)."""
-    from memrl.result_keys import retired, without
+    from memrl.config.keys import retired, without
 
     return without(config, retired(config))
 

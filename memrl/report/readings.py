@@ -1,13 +1,13 @@
 """The report's readings (readings.md): how to read two of its numbers.
 
 - Forgetting: an epoch in which no task failed has FR = 0/0. The tables use one reading
-  (`zero`: counted as 0, or `skip`: left out; `memrl.metrics`); here, per group, the count of
+  (`zero`: counted as 0, or `skip`: left out; `memrl.metrics.compute`); here, per group, the count of
   such epochs over its seeds and the mean forgetting rate under both readings (mean over seeds).
 - Retrieval, per epoch (the episodes' `info.retrieval`, all seeds of a group pooled,
-  `memrl.metrics.retrieval_by_epoch`): the mean Phase-A pool size over all retrievals (an empty
+  `memrl.metrics.compute.retrieval_by_epoch`): the mean Phase-A pool size over all retrievals (an empty
   pool counts 0) and the share of non-empty pools made only of the task's own memories. When
   tasks repeat, a task's own memories tie at similarity 1; a share near 1 is a saturated pool.
-- Utility (the paper's Figure 7, `memrl.utility_readings`): per group, all seeds pooled, the
+- Utility (the paper's Figure 7, `memrl.metrics.utility`): per group, all seeds pooled, the
   correlation between a memory's Q at its last injection and the success rate of the episodes
   it was injected into (Pearson and Spearman, 95% bootstrap intervals), and per epoch the share
   of injected memories written by a successful episode.
@@ -18,11 +18,11 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from memrl.metrics import ZERO_FAIL_READINGS, ZeroFail, forgetting_mean, retrieval_by_epoch, zero_fail_epochs
+from memrl.metrics.compute import ZERO_FAIL_READINGS, ZeroFail, forgetting_mean, retrieval_by_epoch, zero_fail_epochs
+from memrl.metrics.utility import injected_from_success, q_success
 from memrl.report.grouping import Group
 from memrl.report.stats import t_interval
 from memrl.report.tables import markdown_table
-from memrl.utility_readings import injected_from_success, q_success
 
 
 def _num(x: float | None, digits: int = 3) -> str:

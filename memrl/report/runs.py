@@ -1,9 +1,9 @@
 """Runs as the report sees them: found under the given paths, read from their records.
 
 A run directory is any folder holding both its run card and its episode records
-(`memrl.rundir.RunDir.is_run`); the report finds them recursively under the paths it is
+(`memrl.core.rundir.RunDir.is_run`); the report finds them recursively under the paths it is
 given (single runs or Hydra multirun folders). Everything is recomputed from the episode
-records (`memrl.metrics`).
+records (`memrl.metrics.compute`).
 
 Epochs. A run whose last epoch is incomplete (still running, or killed) is cut back to its
 last complete epoch; a cell missing inside the kept range counts as a failure. Both are
@@ -19,10 +19,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from memrl.banklog import BankHistory
-from memrl.metrics import success_matrix
-from memrl.records import EpisodeRecord, read_episodes
-from memrl.rundir import RunDir
+from memrl.core.records import EpisodeRecord, read_episodes
+from memrl.core.rundir import RunDir
+from memrl.journal.banklog import BankHistory
+from memrl.metrics.compute import success_matrix
 
 
 @dataclass
@@ -56,8 +56,8 @@ class Run:
 
     @property
     def identity(self) -> dict[str, str]:
-        """env, method, model, seed (memrl.runcard.identity)."""
-        from memrl.runcard import identity
+        """env, method, model, seed (memrl.journal.runcard.identity)."""
+        from memrl.journal.runcard import identity
 
         return identity(self.config, self.model)
 

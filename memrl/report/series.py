@@ -12,7 +12,7 @@ Q-value figures (MemRL runs, memory name ``memrl``).
   the success rate per bin with its episode count and 95% Wilson interval, pooled over the
   group's seeds and all epochs. Episodes with no memory injected are a separate row ("none").
 - Histograms per epoch: the Q of every memory in the bank at the end of each epoch, from the
-  run's bank-update log (`bank_updates.jsonl`, memrl.banklog; absent for runs from before
+  run's bank-update log (`bank_updates.jsonl`, memrl.journal.banklog; absent for runs from before
   it), and the Q of the injected memories per epoch (one value per injected memory per
   episode, from the records), i.e. the utilities of the memories actually used.
 """
@@ -25,9 +25,8 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from memrl.metrics import Q_BINS, calibration, mean_injected_q, q_bins, wilson
-from memrl.report.grouping import (REFERENCE, Group, _fmt_value, _hashable, _sort_value, flatten,
-                                   short_key)
+from memrl.metrics.compute import Q_BINS, calibration, mean_injected_q, q_bins, wilson
+from memrl.report.grouping import REFERENCE, Group, _fmt_value, _hashable, _sort_value, flatten, short_key
 from memrl.report.runs import Run
 from memrl.report.stats import t_interval, task_bootstrap
 from memrl.report.tables import _csr, _last
@@ -108,7 +107,7 @@ def topk_rows(groups: Sequence[Group]) -> list[dict[str, Any]]:
 def q_calibration_rows(groups: Sequence[Group], *, reference: str = REFERENCE,
                        n_bins: int = Q_BINS) -> list[dict[str, Any]]:
     """Success rate of episodes binned by the mean Q of their injected memories, with each
-    bin's episode count and 95% Wilson interval (memrl.metrics.calibration)."""
+    bin's episode count and 95% Wilson interval (memrl.metrics.compute.calibration)."""
     mem = [g for g in groups if g.memory == reference and g.mode != "transfer"]
     all_q = [q for g in mem for r in g.runs for rec in r.records if (q := mean_injected_q(rec)) is not None]
     edges = q_bins(all_q, n_bins)

@@ -31,7 +31,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-
 LEVEL = 0.95
 EXACT_BELOW = 25  # McNemar: exact binomial when b + c < this
 

@@ -2,7 +2,7 @@
 (transfer), as rows (CSV) and Markdown. The statistics are memrl.report.stats.
 
 Transfer (Table 2): per run, the success rate per epoch of the held-out evaluation that
-follows each training epoch (the run's eval records, as `memrl.metrics.transfer_metrics`
+follows each training epoch (the run's eval records, as `memrl.metrics.compute.transfer_metrics`
 reads them); its best over epochs, then mean and t-interval over seeds.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from memrl.metrics import ZeroFail, csr_curve, forgetting_mean, sr_curve
+from memrl.metrics.compute import ZeroFail, csr_curve, forgetting_mean, sr_curve
 from memrl.report.grouping import REFERENCE, Group
 from memrl.report.runs import Run, complete_matrix
 from memrl.report.stats import EXACT_BELOW, mcnemar, paired_bootstrap, t_interval
@@ -200,9 +200,9 @@ def table2_markdown(rows: Sequence[dict[str, Any]]) -> str:
 
 def staleness_rows(groups: Sequence[Group]) -> list[dict[str, Any]]:
     """Per training group: its schedule and how stale its episodes' retrievals were (updates
-    committed between an episode's retrieval and its own; memrl.metrics.staleness_stats over
+    committed between an episode's retrieval and its own; memrl.metrics.compute.staleness_stats over
     the records of all its seeds). Groups whose records carry no staleness are left out."""
-    from memrl.metrics import staleness_stats
+    from memrl.metrics.compute import staleness_stats
 
     rows = []
     for g in groups:

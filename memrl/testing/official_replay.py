@@ -35,8 +35,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from memrl.core.records import EpisodeResult, Task
 from memrl.memory.base import LearnItem
-from memrl.records import EpisodeResult, Task
 
 
 @dataclass
@@ -233,11 +233,11 @@ def replay(memory_settings: Any, stream: Stream, batch_size: int, *, own_key_fal
 
 def saturation(memory_settings: Any, stream: Stream, batch_size: int = 1) -> dict[int, dict[str, float]]:
     """Per epoch, what MemRL's Phase-A pools held on `stream`: the mean pool size and the share
-    of non-empty pools made only of the task's own memories (`memrl.metrics.retrieval_by_epoch`
+    of non-empty pools made only of the task's own memories (`memrl.metrics.compute.retrieval_by_epoch`
     on the run's retrieval records)."""
+    from memrl.core.records import EpisodeRecord
     from memrl.memory.memrl import MemRLMemory
-    from memrl.metrics import retrieval_by_epoch
-    from memrl.records import EpisodeRecord
+    from memrl.metrics.compute import retrieval_by_epoch
 
     settings = memory_settings.model_copy(update={"write_mode": "raw"})
     table = {t.task.intent: t.vector for t in stream.tasks}

@@ -1,17 +1,17 @@
 """The normal (unfaulted) replies of the fake servers (memrl.testing.fault_server): plausible
 enough that each benchmark's episodes run through the project's real parsers.
 
-  ALFWorld (envs/alfworld/prompts.py, ends with "\\n>")  a fixed tour of the room, one command
+  ALFWorld (memrl_envs/alfworld/prompts.py, ends with "\\n>")  a fixed tour of the room, one command
   memory writer (memrl/memory/writer.py)               a short plan ("Plan:\\n1.") or reflection
-  BigCodeBench (envs/bigcodebench/prompts.py)          a ```python block defining the task's
+  BigCodeBench (memrl_envs/bigcodebench/prompts.py)          a ```python block defining the task's
                                                        entry function (its body is a stub)
-  Lifelong OS (envs/lifelong/os_prompts.py)            "bash" with ```bash ls /```, then "finish"
-  Lifelong DB (envs/lifelong/db_prompts.py)            a SELECT on the task's table, then
+  Lifelong OS (memrl_envs/lifelong_os/prompts.py)            "bash" with ```bash ls /```, then "finish"
+  Lifelong DB (memrl_envs/lifelong_db/prompts.py)            a SELECT on the task's table, then
                                                        "Answer" / "Final Answer: <its output>"
-  HLE solver (envs/hle/prompts.py)                     Explanation / Exact Answer / Confidence
-  HLE judge (envs/hle/judge.py)                        a one-line JSON verdict, or the four
+  HLE solver (memrl_envs/hle/prompts.py)                     Explanation / Exact Answer / Confidence
+  HLE judge (memrl_envs/hle/judge.py)                        a one-line JSON verdict, or the four
                                                        "field: value" lines the official rule asks for
-  ALFWorld chat dialogue (envs/alfworld/chat.py)       the tour as "Thought: ... / Action: ..."
+  ALFWorld chat dialogue (memrl_envs/alfworld/chat.py)       the tour as "Thought: ... / Action: ..."
   official memory writer (layout=official)             a numbered script or a reflection
   anything else                                        "OK."
 
@@ -138,7 +138,7 @@ def alfworld_reply(prompt: str, react_rate: float = 0.0, expert: Mapping[str, li
 # ------------------------------------------------------------------------------ other benchmarks
 SCRIPT_REPLY = ("1. Find where the object of the task usually is and go there.\n"
                 "2. Take it and check the goal receptacle.\n3. Put it in place and confirm.")
-# the user turn that opens the task in the ALFWorld chat dialogue (envs/alfworld/chat.py
+# the user turn that opens the task in the ALFWorld chat dialogue (memrl_envs/alfworld/chat.py
 # NEW_TASK; memrl.testing imports nothing from the envs, so the text is kept here and a test
 # checks the two agree)
 ALFWORLD_NEW_TASK = "Now it is your turn, on a new task.\n"
@@ -229,7 +229,7 @@ def judge_reply(prompt: str) -> str:
 
 def chat_episode(messages: Sequence[Mapping[str, Any]], marker: str) -> tuple[str, int] | None:
     """(the text of the user turn that opens the episode, the replies since) of an ALFWorld
-    chat dialogue (envs/alfworld/chat.py: its new-task turn starts with `marker`), or None."""
+    chat dialogue (memrl_envs/alfworld/chat.py: its new-task turn starts with `marker`), or None."""
     opens = [i for i, m in enumerate(messages)
              if m.get("role") == "user" and text_of(m.get("content")).startswith(marker)]
     if not opens:

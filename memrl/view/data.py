@@ -1,6 +1,6 @@
 """The numbers behind the MemRL page, one `RunView` per run directory, all from what the run
-recorded: its episode records, its bank-update log (memrl.banklog) and its memory texts
-(memrl.memtexts). Nothing is rebuilt from the final bank; a run from before the log simply
+recorded: its episode records, its bank-update log (memrl.journal.banklog) and its memory texts
+(memrl.journal.memtexts). Nothing is rebuilt from the final bank; a run from before the log simply
 has no bank panels (`RunView.has_log` is false) and the page says so.
 """
 
@@ -15,14 +15,21 @@ from typing import Any
 
 import numpy as np
 
-from memrl.banklog import BankHistory
-from memrl.memtexts import read_texts
-from memrl.metrics import (calibration, csr_curve, forgetting_curve, mean_injected_q, q_bins,
-                           sr_curve, success_matrix)
-from memrl.records import EpisodeRecord, read_episodes
-from memrl.runcard import identity, identity_label
-from memrl.rundir import RunDir
-from memrl.utility_readings import q_success
+from memrl.core.records import EpisodeRecord, read_episodes
+from memrl.core.rundir import RunDir
+from memrl.journal.banklog import BankHistory
+from memrl.journal.memtexts import read_texts
+from memrl.journal.runcard import identity, identity_label
+from memrl.metrics.compute import (
+    calibration,
+    csr_curve,
+    forgetting_curve,
+    mean_injected_q,
+    q_bins,
+    sr_curve,
+    success_matrix,
+)
+from memrl.metrics.utility import q_success
 
 
 @dataclass

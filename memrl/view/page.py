@@ -4,7 +4,7 @@ server, no network) for one run or several (a sweep: the methods overlaid).
 Sections (each an element with the id given):
 - `summary`: the runs (identity, status, tasks, epochs, Last, CSR, errored, spend, and the
   paper's Figure-7 reading: Pearson r of a memory's Q with the success of the episodes it was
-  injected into, with its 95% bootstrap interval; memrl.utility_readings);
+  injected into, with its 95% bootstrap interval; memrl.metrics.utility);
 - `success-grid`: task × epoch per run (success, failure, error; forgetting is a green cell
   followed by a grey one);
 - `curves`: SR, CSR and forgetting per epoch, every run overlaid;

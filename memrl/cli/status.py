@@ -1,0 +1,122 @@
+"""Where every run under some folders stands: `memrl status DIR...` (also
+`python -m memrl.cli status DIR...`).
+
+One row per run directory found at or below the folders (a run, a sweep, `runs/`): its
+status as the run card says it (running, interrupted, finished), the epochs done (complete
+epochs: every task has a record) of those configured, Last (SR of the last complete epoch)
+and CSR, the episodes that ended errored, the memories stored without their model-written
+summary (`writer`), the spend recorded in its episodes ("+?": some model had no price; a cached
+answer keeps the cost it had when it was paid for; runs from before episodes carried a cost
+show the run card's paid total), and how long ago the run last wrote. A "running" run that
+has not written for long may have been killed without a chance to say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from memrl.core.rundir import RunDir
+
+
+def run_status(rd: RunDir, now: float | None = None) -> dict[str, Any]:
+    """One run's summary (never raises on a damaged run: `error` says what was wrong)."""
+    from memrl.core.records import read_episodes
+    from memrl.journal.runcard import identity
+    from memrl.metrics.compute import csr_curve, sr_curve, success_matrix
+
+    now = time.time() if now is None else now
+    out: dict[str, Any] = {"path": str(rd.root)}
+    try:
+        card = json.loads(rd.card.read_text(encoding="utf-8"))
+        records = read_episodes(rd.episodes)
+    except (OSError, ValueError) as exc:
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        return out
+    config = card.get("config") or {}
+    out.update(identity(config, card.get("model")))
+    out["status"] = card.get("status") or "?"
+    out["epochs"] = int((config.get("runner") or {}).get("epochs") or 0)
+    out["n_tasks"] = int(card.get("n_tasks") or 0)
+    out["episodes"] = len(records)
+    out["errored"] = sum(1 for r in records if r.errors)
+    # memories stored without their model-written summary (memrl.memory.writer)
+    out["writer_failures"] = sum(1 for r in records if (r.info or {}).get("writer_error"))
+    recorded = sum(float(r.cost_usd or 0.0) for r in records)
+    paid = float((card.get("llm_totals") or {}).get("cost_usd") or 0.0)
+    out["spend_usd"] = recorded if recorded or not paid else paid
+    out["unpriced"] = list(card.get("unpriced") or [])
+    out["epochs_done"], out["last"], out["csr"] = 0, None, None
+    if records:
+        tasks, epochs, S = success_matrix(records, allow_missing=True)
+        present = {(r.task_id, int(r.epoch)) for r in records}
+        n = max(out["n_tasks"], len(tasks))
+        done = 0
+        for e in epochs:
+            if sum((t, e) in present for t in tasks) < n:
+                break
+            done += 1
+        out["epochs_done"] = done
+        if done:
+            out["last"], out["csr"] = sr_curve(S[:done])[-1], csr_curve(S[:done])[-1]
+    written = [p.stat().st_mtime for p in (rd.episodes, rd.card) if p.exists()]
+    out["idle_s"] = round(now - max(written), 1) if written else None
+    return out
+
+
+def ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit} ago"
+    return f"{seconds:.0f}s ago"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (f"{'status':<12} {'epochs':>7} {'Last':>6} {'CSR':>6} {'errored':>8} {'writer':>7} "
+            f"{'spend':>11} {'written':>9}  run")
+    lines = [head]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{'unreadable':<12} {'':>7} {'':>6} {'':>6} {'':>8} {'':>7} {'':>11} {'':>9}  "
+                         f"{r['path']}: {r['error']}")
+            continue
+        f = (lambda v: "-" if v is None else f"{v:.3f}")
+        spend = "$" + format(r["spend_usd"], ".4f") + ("+?" if r.get("unpriced") else "")
+        lines.append(f"{r['status']:<12} {str(r['epochs_done']) + '/' + str(r['epochs']):>7} "
+                     f"{f(r['last']):>6} {f(r['csr']):>6} {r['errored']:>8} {r.get('writer_failures', 0):>7} "
+                     f"{spend:>11} {ago(r['idle_s']):>9}  "
+                     f"{r['env']}/{r['method']} seed {r['seed']}  {r['path']}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "memrl status") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    ap.add_argument("dirs", nargs="+", type=Path, help="run directories or folders holding them")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    missing = [d for d in args.dirs if not d.exists()]
+    if missing:
+        print(f"memrl: {missing[0]}: no such directory", file=sys.stderr)
+        return 2
+    runs = RunDir.find(args.dirs)
+    rows = [run_status(rd) for rd in runs]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"no run directory ({RunDir.CARD} + {RunDir.EPISODES}) under "
+              + ", ".join(map(str, args.dirs)))
+        return 0
+    print(f"{len(rows)} run{'s' if len(rows) != 1 else ''}")
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(prog="python -m memrl.cli status"))

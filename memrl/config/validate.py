@@ -1,0 +1,161 @@
+"""Validation of the composed Hydra config, before anything is built or any model is called.
+
+Each section is checked by a pydantic model; a bad value stops the run with one message per
+problem, each naming the full key (e.g. `memory.lam: Input should be less than or equal to 1`).
+Env and memory sections name their class in `_target_`; the class carries its `Settings`.
+The agent must be one of the env's policies (`POLICIES`); whether it needs a model is the
+policy's `needs_llm`.
+
+Importing this module registers the config resolver `memrl.paper_delta` (see `paper_delta`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
+from pydantic import BaseModel, ValidationError
+
+from memrl.config.sections import (
+    SECTION_SCHEMAS,
+    AgentSettings,
+    EmbedderSettings,
+    LLMSettings,
+    LoggerSettings,
+    MetricsSettings,
+    PathsSettings,
+    RunnerSettings,
+)
+from memrl.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from memrl.env.base import Policy
+
+# The embedding model the paper's per-benchmark similarity gates δ (v2, Table 8) were chosen
+# for; a similarity threshold does not carry over to another model's geometry.
+PAPER_EMBEDDER = "text-embedding-3-large"
+
+
+def paper_delta(delta: Any, *, _root_: DictConfig) -> Any:
+    """`${memrl.paper_delta:<Table 8 δ>}` in an env config: that δ when the configured
+    embedder is the paper's (any provider prefix, e.g. openai/), else "auto" (recomputed for
+    the configured embedder at start, see `MemRLMemory.prepare`)."""
+    model = str(OmegaConf.select(_root_, "embedder.model", default="") or "")
+    return delta if model.rsplit("/", 1)[-1] == PAPER_EMBEDDER else "auto"
+
+
+OmegaConf.register_new_resolver("memrl.paper_delta", paper_delta, replace=True)
+
+
+# configs/ of the checkout (the package is installed editable, so it sits beside memrl/)
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+
+
+@dataclass
+class Validated:
+    env_cls: type
+    env: BaseModel
+    memory_cls: type
+    memory: BaseModel
+    llm: LLMSettings
+    embedder: EmbedderSettings
+    agent: AgentSettings
+    runner: RunnerSettings
+    seed: int
+    policy: "type[Policy]"  # the agent's policy class in the env's registry
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    logger: LoggerSettings = field(default_factory=LoggerSettings)
+    paths: PathsSettings | None = None
+
+
+def _errors(section: str, exc: ValidationError) -> list[str]:
+    out = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+        if not loc:  # a whole-model check names its field as "field: message"
+            head, sep, rest = msg.partition(": ")
+            if sep and head.isidentifier():
+                loc, msg = head, rest
+        key = f"{section}.{loc}" if loc else section
+        out.append(f"{key}: {msg}{got}")
+    return out
+
+
+def _section(cfg: DictConfig, name: str) -> dict[str, Any]:
+    node = cfg.get(name)
+    if node is None:
+        raise ConfigError(f"{name}: missing config group (choose one, e.g. {name}=<option>)")
+    try:
+        return OmegaConf.to_container(node, resolve=True, throw_on_missing=True)  # type: ignore[return-value]
+    except MissingMandatoryValue as exc:
+        key = exc.full_key or name
+        hint = " (set ALFWORLD_DATA or env.data_root)" if key == "env.data_root" else ""
+        raise ConfigError(f"{key}: a value is required{hint}") from exc
+    except Exception as exc:  # an interpolation that cannot resolve
+        raise ConfigError(f"{name}: {exc}") from exc
+
+
+def _target(section: str, data: dict[str, Any], problems: list[str]) -> type | None:
+    target = data.pop("_target_", None)
+    if not target:
+        problems.append(f"{section}._target_: missing (the class implementing this {section})")
+        return None
+    try:
+        cls = get_class(target)
+    except Exception as exc:
+        problems.append(f"{section}._target_: cannot import {target!r} ({exc})")
+        return None
+    if not hasattr(cls, "Settings"):
+        problems.append(f"{section}._target_: {target} has no Settings schema")
+        return None
+    return cls
+
+
+def validate(cfg: DictConfig) -> Validated:
+    problems: list[str] = []
+    parsed: dict[str, Any] = {}
+    classes: dict[str, type | None] = {}
+    for section in ("env", "memory"):
+        data = _section(cfg, section)
+        classes[section] = cls = _target(section, data, problems)
+        if cls is not None:
+            try:
+                parsed[section] = cls.Settings.model_validate(data)
+            except ValidationError as exc:
+                problems += _errors(section, exc)
+    for section, model in SECTION_SCHEMAS.items():
+        try:
+            parsed[section] = model.model_validate(_section(cfg, section))
+        except ValidationError as exc:
+            problems += _errors(section, exc)
+    seed = cfg.get("seed", 0)
+    if not isinstance(seed, int) or seed < 0:
+        problems.append(f"seed: must be a non-negative integer (got {seed!r})")
+    policy = _policy(classes["env"], parsed.get("agent"), problems)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return Validated(env_cls=classes["env"], env=parsed["env"], memory_cls=classes["memory"],
+                     memory=parsed["memory"], llm=parsed["llm"], embedder=parsed["embedder"],
+                     agent=parsed["agent"], runner=parsed["runner"], seed=seed, policy=policy,
+                     metrics=parsed["metrics"], logger=parsed["logger"], paths=parsed["paths"])
+
+
+def _policy(env_cls: type | None, agent: AgentSettings | None, problems: list[str]) -> "type[Policy] | None":
+    """The agent's policy from the env's registry; a problem naming the env's agents if absent."""
+    if env_cls is None or agent is None:
+        return None
+    policies = getattr(env_cls, "POLICIES", None)
+    if not policies:
+        problems.append(f"env._target_: {env_cls.__name__} lists no agents (POLICIES)")
+        return None
+    if agent.name not in policies:
+        problems.append(f"agent: env {getattr(env_cls, 'name', env_cls.__name__)!r} has no agent "
+                        f"{agent.name!r} (its agents: {', '.join(sorted(policies))})")
+        return None
+    return policies[agent.name]

@@ -1,0 +1,347 @@
+"""`make demo`: memory changing outcomes, offline, on real ALFWorld games.
+
+    memrl demo [--out runs/demo] [--bench-prompts 8] [OVERRIDES...]   (= python -m memrl.cli demo)
+
+1. Teacher: ALFWorld's handcoded expert plays the demo games twice (`memrl.demo.teach`, no
+   model): stopped after `--attempt-steps` (a failed attempt of every game), then with its
+   own cap; the two banks are merged as an agent's history holds them, each game's failed
+   attempt the older memory (`memrl.demo.teach.history_bank`, `<out>/teacher/bank`). Similarity
+   cannot tell a game's two memories apart: they share its intent.
+2. Student: the embedded model plays the same games for the demo's epochs, three times
+   (`METHODS`, the README's second pre-registered design): MemRL learning utilities and RAG
+   (similarity only), each from a copy of the teacher bank and writing a memory of every
+   episode, failures included, and no memory (`<out>/memrl`, `<out>/rag`, `<out>/none`).
+3. What it shows (printed, and written to `<out>/demo.md`, `<out>/demo.json`,
+   `<out>/demo.png`; the cross-run report with its tables and figures in `<out>/report/`,
+   which gets a copy of `demo.md`): success rate per epoch per method; the paired
+   comparisons over games of the final epoch (McNemar and a paired bootstrap interval,
+   `memrl.report.tables.compare`) and across epochs (CSR-style, with the sign test,
+   `memrl.demo.utility_experiment.paired`) with their power; the mechanism (re-injections of a
+   memory that already failed, the student's own failure memories shown); the teacher
+   memories whose Q rose and fell under MemRL; copy accuracy (`memrl.demo.teacher_effect`); the
+   embedded model's prompt and decode tokens/s with the prefix reuse, and before/after on the
+   same prompts (`--bench-prompts`).
+
+The settings are `configs/experiment/demo.yaml` (games, steps, model, epochs) plus the
+per-method overrides in `METHODS`; extra overrides on the command line apply to every run
+(e.g. `llm=local_gemma`). Runs resume like any run: a second `make demo` only re-reads the
+finished runs (and every model answer comes from the response cache).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from memrl.core.rundir import RunDir
+
+DEFAULT_OUT = Path("runs/demo")
+BASE = ["experiment=demo"]
+# The teacher's own step cap (--teacher-steps): ALFWorld's expert needs up to 50 steps (it still
+# fails some games); the students' cap is the preset's env.max_steps.
+TEACHER_STEPS = 50
+# The teacher's failed attempt (--attempt-steps): the expert stopped after 3 steps; the
+# shortest expert solution of the demo games is 4 steps, so every attempt fails.
+ATTEMPT_STEPS = 3
+# Per method: its overrides on top of the demo preset. `{teacher}` is the teacher bank. Both
+# students start from a copy of it and write every episode as a raw trajectory, failures
+# included (the paper's loop); neither is gated; the only difference is Phase B (README,
+# "Utility against similarity"). RAG first: MemRL's first epoch (all Q equal) injects the
+# same memories and is answered from the response cache.
+METHODS: dict[str, list[str]] = {
+    # similarity only
+    "rag": ["memory=rag", "memory.bank.init_from={teacher}"],
+    # learns Q, the copies starting at Q_init (the oracle learned nothing)
+    "memrl": ["memory=memrl_rag", "memory.bank.init_from={teacher}", "memory.bank.init_q=reset",
+              "memory.sim_gate=false"],
+    "none": ["memory=none"],
+}
+REFERENCE = "memrl"
+TEACHER_LABEL = "expert"  # the history bank's memories of the oracle's own episodes
+ALPHA = 0.05
+
+
+@dataclass
+class Phase:
+    name: str
+    seconds: float
+
+
+@dataclass
+class DemoResult:
+    out: Path
+    games: list[str]
+    teacher: dict[str, Any]
+    sr: dict[str, list[float]]
+    comparisons: list[dict[str, Any]]
+    copy: dict[str, dict[int, dict[str, Any]]]
+    q_moves: list[dict[str, Any]]
+    speed: dict[str, Any]
+    phases: list[Phase] = field(default_factory=list)
+    model: str = ""
+    power: dict[str, Any] = field(default_factory=dict)
+    across: dict[str, Any] = field(default_factory=dict)  # memrl vs rag over epochs (utility_experiment.paired)
+    mechanism: dict[str, Any] = field(default_factory=dict)  # per method: H1 counts, own failures shown
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"out": str(self.out), "games": self.games, "model": self.model, "teacher": self.teacher,
+                "sr": self.sr, "comparisons": self.comparisons, "across_epochs": self.across,
+                "mechanism": self.mechanism, "copy_accuracy": self.copy,
+                "teacher_memories": self.q_moves, "speed": self.speed, "power": self.power,
+                "phases": [{"name": p.name, "seconds": round(p.seconds, 1)} for p in self.phases]}
+
+
+# --------------------------------------------------------------------------- running
+def run_students(out: Path, teacher: Path, extra: Sequence[str],
+                 methods: Sequence[str] = tuple(METHODS)) -> dict[str, Path]:
+    from memrl.control.session import execute
+    from memrl.demo.teach import compose
+
+    dirs = {}
+    for name in methods:
+        overrides = BASE + [o.format(teacher=teacher) for o in METHODS[name]] + list(extra)
+        cfg = compose(overrides)
+        dirs[name] = out / name
+        print(f"[demo] student with {name}: {' '.join(overrides)}", flush=True)
+        execute(cfg, dirs[name])
+    return dirs
+
+
+# --------------------------------------------------------------------------- analysis
+def _groups(dirs: dict[str, Path]) -> dict[str, Any]:
+    from memrl.report import group_runs, load_run
+
+    runs = [r for r in (load_run(d) for d in dirs.values()) if r is not None]
+    return {g.memory: g for g in group_runs(runs, warn=lambda m: None)}
+
+
+def comparisons(groups: dict[str, Any], reference: str = REFERENCE) -> list[dict[str, Any]]:
+    """Final-epoch paired comparisons: the reference against each method, and every memory
+    method against no memory."""
+    from memrl.report.tables import compare
+
+    pairs = [(reference, m) for m in groups if m != reference]
+    pairs += [(m, "none") for m in groups if m not in (reference, "none") and "none" in groups]
+    return [row for a, b in pairs if a in groups and b in groups
+            and (row := compare(groups[a], groups[b])) is not None]
+
+
+def min_discordant(alpha: float = ALPHA) -> int:
+    """The fewest discordant games, all one way, for which exact McNemar gives p < alpha."""
+    b = 1
+    while 2 * 0.5 ** b >= alpha:
+        b += 1
+    return b
+
+
+def power(n: int, p: float, alpha: float = ALPHA) -> float:
+    """P(exact McNemar p < alpha) when the other method solves nothing and memory solves each
+    of n games independently with probability p (then every solved game is discordant)."""
+    need = min_discordant(alpha)
+    return sum(math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(need, n + 1))
+
+
+def speed_of(run_dirs: Sequence[Path]) -> dict[str, Any]:
+    """The embedded model's counters summed over the runs' sessions (run cards)."""
+    from memrl.llm.local import SPEED_COUNTERS, speed_rates
+
+    tot = {k: 0.0 for k in SPEED_COUNTERS}
+    for d in run_dirs:
+        card = json.loads(RunDir(d).card.read_text())
+        for s in card.get("sessions", []):
+            for k in tot:
+                tot[k] += float(((s.get("llm") or {}).get("backend") or {}).get(k, 0) or 0)
+    return {**tot, **speed_rates(tot)}
+
+
+def analyse(out: Path, teacher_dir: Path, dirs: dict[str, Path]) -> DemoResult:
+    """`teacher_dir`: the run of the oracle's own episodes (the history bank's `expert`)."""
+    from memrl.demo.teacher_effect import copy_accuracy, teacher_episodes, teacher_q
+    from memrl.demo.utility_experiment import own_failure_injections, paired_runs, reinjected_after_failure
+    from memrl.metrics.compute import compute_metrics, load_run
+
+    teacher = teacher_episodes(teacher_dir)
+    records = {m: load_run(d) for m, d in dirs.items()}
+    sr = {m: compute_metrics(records[m])["sr"] for m in dirs}
+    groups = _groups(dirs)
+    copy = {m: {e: rep.to_dict() for e, rep in copy_accuracy(d, teacher, label=TEACHER_LABEL).items()}
+            for m, d in dirs.items()}
+    moves = [dict(vars(q), movement=q.movement) for q in teacher_q(dirs[REFERENCE])] \
+        if REFERENCE in dirs else []
+    across = paired_runs(dirs[REFERENCE], dirs["rag"]) if REFERENCE in dirs and "rag" in dirs else {}
+    mechanism = {m: {**reinjected_after_failure(records[m]), "shown": own_failure_injections(records[m])}
+                 for m in dirs if m != "none"}
+    card = json.loads(RunDir(dirs[next(iter(dirs))]).card.read_text())
+    cap = int(((card.get("config") or {}).get("env") or {}).get("max_steps") or 0)
+    fits = sum(t.success and len(t.actions) <= cap for t in teacher.values())
+    return DemoResult(
+        power={"fits": fits, "max_steps": cap, "needed": min_discordant(),
+               "by_p": {str(p): power(fits, p) for p in (0.5, 0.7, 0.9)}},
+        out=out, games=sorted(teacher), model=str(card.get("model")),
+        teacher={"games": len(teacher), "solved": sum(t.success for t in teacher.values()),
+                 "steps": {t.task_id: len(t.actions) for t in teacher.values()}},
+        sr=sr, comparisons=comparisons(groups), copy=copy, q_moves=moves,
+        speed={"run": speed_of(list(dirs.values()))}, across=across, mechanism=mechanism)
+
+
+# --------------------------------------------------------------------------- output
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.0f}%"
+
+
+def _rate(x: float | None) -> str:
+    return "–" if x is None else f"{x:.0f}"
+
+
+def render(res: DemoResult) -> str:
+    n = len(res.games)
+    epochs = max((len(v) for v in res.sr.values()), default=0)
+    t = res.teacher
+    lines = [f"# memrl demo: {n} ALFWorld games (valid_seen), student {res.model}",
+             "",
+             f"Teacher (ALFWorld's handcoded expert, no model), twice: stopped after {t.get('attempt_steps')} steps "
+             f"(a failed attempt of every game: {t.get('attempts_solved', 0)} solved), then with its own cap "
+             f"(solved {t['solved']} of {t['games']} games). Each game's two memories share its intent; the "
+             f"failed attempt is the older one for {t.get('attempt_first', t['games'])} games "
+             f"(order {t.get('order', 'history')}). Both students write a memory of every episode.",
+             "",
+             "## Success rate per epoch (games solved / " + str(n) + ")",
+             "",
+             "| method | " + " | ".join(f"epoch {e}" for e in range(1, epochs + 1)) + " |",
+             "|---|" + "---|" * epochs]
+    for m, curve in res.sr.items():
+        lines.append(f"| {m} | " + " | ".join(f"{v:.2f} ({round(v * n)})" for v in curve) + " |")
+    lines += ["", "## Paired comparison over games (final epoch)", "",
+              "Δ = difference of success rates, 95% paired bootstrap interval over games; McNemar: "
+              "b = games only the first solved, c = only the second; exact binomial test. "
+              f"With no game the other way (c = 0), p < {ALPHA} needs b ≥ {min_discordant()}.", "",
+              "| comparison | SR | Δ [95% CI] | b | c | McNemar p |", "|---|---|---|---|---|---|"]
+    pw = res.power
+    if pw:
+        lines.insert(len(lines) - 2, f"Power: {pw['fits']} games have a teacher trajectory that solves them within the "
+                     f"student's {pw['max_steps']} steps. If the other method solves none and each of them is solved "
+                     "with probability 0.5 / 0.7 / 0.9, the chance of p < 0.05 is "
+                     + " / ".join(f"{v:.2f}" for v in pw["by_p"].values()) + ".\n")
+    for r in res.comparisons:
+        lines.append(f"| {r['reference']} vs {r['method']} | {r['last_ref']:.2f} vs {r['last_method']:.2f} | "
+                     f"{r['delta']:+.2f} [{r['delta_lo']:+.2f}, {r['delta_hi']:+.2f}] | {r['ref_only']} | "
+                     f"{r['method_only']} | {r['mcnemar_p']:.3g} |")
+    if res.across:
+        a = res.across
+        lines += ["", f"## {REFERENCE} vs rag across epochs", "",
+                  f"CSR-style: per game, solved at least once in epochs 1..{a['epochs']}; the same tests. "
+                  "Epochs solved: per game, the number of epochs each method solved it; exact sign test.", "",
+                  "| reading | SR | Δ [95% CI] | b | c | p |", "|---|---|---|---|---|---|"]
+        for name, key in (("final epoch", "final"), (f"solved at least once (CSR, epochs 1..{a['epochs']})", "csr")):
+            r = a[key]
+            lines.append(f"| {name} | {r['a']:.2f} vs {r['b_rate']:.2f} | {r['delta']:+.2f} [{r['delta_lo']:+.2f}, "
+                         f"{r['delta_hi']:+.2f}] | {r['a_only']} | {r['b_only']} | {r['mcnemar_p']:.3g} |")
+        es = a["epochs_solved"]
+        lines.append(f"| epochs solved per game (sign test) | | | {es['a_more']} | {es['b_more']} | "
+                     f"{es['sign_test_p']:.3g} |")
+    if res.mechanism:
+        lines += ["", "## The mechanism", "",
+                  "Re-injected after a failure: injections, from epoch 2 on, of a memory that an earlier episode "
+                  "had already been given and failed with. Own failures shown: per epoch, injections of a memory "
+                  "the student wrote after one of its own failed episodes.", "",
+                  "| method | re-injected after a failure | own failures shown, per epoch |", "|---|---|---|"]
+        for m, row in res.mechanism.items():
+            shown = ", ".join(str(v["own_failure"]) for v in row["shown"].values())
+            lines.append(f"| {m} | {row['reinjected_after_failure']} of {row['injections_epoch2_on']} | {shown} |")
+    lines += ["", "## Copy accuracy", "",
+              "Share of steps whose action equals the teacher's action at that step, in episodes given "
+              "the same game's teacher memory (`with`), and in the others (`without`: how often the "
+              "student picks the teacher's action anyway). Replays: episodes that repeat the teacher's "
+              "actions to its end.", "",
+              "| method | epoch | with: accuracy (steps, episodes, solved, replays) | without: accuracy (steps, episodes, solved) |",
+              "|---|---|---|---|"]
+    for m, per_epoch in res.copy.items():
+        for e, rep in per_epoch.items():
+            w, o = rep["with_teacher"], rep["without"]
+            lines.append(f"| {m} | {e} | {_pct(w['accuracy'])} ({w['steps']}, {w['episodes']}, {w['solved']}, "
+                         f"{w['replays']}) | {_pct(o['accuracy'])} ({o['steps']}, {o['episodes']}, {o['solved']}) |")
+    used = [q for q in res.q_moves if q["movement"] != "unused"]
+    lines += ["", "## Teacher memories under MemRL: Q after the run", "",
+              "Each teacher memory started at Q = " + (f"{used[0]['q_start']:g}" if used else "0") +
+              "; every episode it was injected into moves it toward +1 (solved) or −1 (failed).", "",
+              "| teacher memory (game) | which | teacher solved | Q | movement | student episodes solved / failed |",
+              "|---|---|---|---|---|---|"]
+    for q in used:
+        lines.append(f"| {q['task_id']} | {q.get('label') or '–'} | {'yes' if q['teacher_solved'] else 'no'} | "
+                     f"{q['q']:+.2f} | {q['movement']} | {q['used_solved']} / {q['used_failed']} |")
+    unused = len(res.q_moves) - len(used)
+    if unused:
+        lines.append(f"\n{unused} teacher memories were never injected.")
+    sp = res.speed.get("run") or {}
+    lines += ["", "## Embedded model speed", "",
+              f"This demo's student runs: {int(sp.get('calls') or 0)} model calls; prompt tokens evaluated "
+              f"{_rate(sp.get('prompt_tokens_per_s'))}/s, of {int(sp.get('prompt_tokens') or 0)} sent "
+              f"{_pct(sp.get('reused_share'))} came from the reused prefix "
+              f"(= {_rate(sp.get('effective_prompt_tokens_per_s'))} prompt tokens/s sent); decode "
+              f"{_rate(sp.get('decode_tokens_per_s'))} tokens/s."]
+    bench = res.speed.get("bench")
+    if bench:
+        off, on = bench["off"], bench["on"]
+        lines += ["", f"Same {bench['prompts']} prompts, one process, reuse off then on "
+                  f"(outputs identical: {'yes' if bench['identical'] else 'NO'}):", "",
+                  "| prefix reuse | prompt tokens evaluated | prompt tokens/s (evaluated) | prompt tokens/s (sent) | decode tokens/s | seconds |",
+                  "|---|---|---|---|---|---|"]
+        for name, s in (("off", off), ("on", on)):
+            lines.append(f"| {name} | {s['prompt_tokens_evaluated']} of {s['prompt_tokens']} | "
+                         f"{_rate(s['prompt_tokens_per_s'])} | {_rate(s['effective_prompt_tokens_per_s'])} | "
+                         f"{_rate(s['decode_tokens_per_s'])} | {s['wall_s']:.1f} |")
+    if res.phases:
+        lines += ["", "## Wall time", ""] + [f"- {p.name}: {p.seconds:.0f} s" for p in res.phases]
+        lines.append(f"- total: {sum(p.seconds for p in res.phases):.0f} s")
+    return "\n".join(lines) + "\n"
+
+
+def plot(res: DemoResult, path: Path) -> Path:
+    from memrl.report.figures import _plt, _rate_axis, _save
+
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for m, curve in res.sr.items():
+        axes[0].plot(range(1, len(curve) + 1), curve, marker="o", label=m)
+    axes[0].set_xlabel("epoch")
+    axes[0].set_ylabel("success rate")
+    axes[0].set_title(f"SR per epoch ({len(res.games)} games, {res.model})", fontsize=8)
+    _rate_axis(axes[0])
+    axes[0].legend(fontsize=7)
+    given = {m: pe for m, pe in res.copy.items() if any(r["with_teacher"]["episodes"] for r in pe.values())}
+    width = 0.8 / max(1, len(given))
+    for i, (m, per_epoch) in enumerate(given.items()):
+        es = sorted(per_epoch)
+        vals = [per_epoch[e]["with_teacher"]["accuracy"] or 0.0 for e in es]
+        axes[1].bar([e + (i - (len(given) - 1) / 2) * width for e in es], vals, width, label=m)
+    axes[1].set_xlabel("epoch")
+    axes[1].set_ylabel("copy accuracy")
+    axes[1].set_title("steps equal to the same game's teacher memory (episodes given it)", fontsize=8)
+    _rate_axis(axes[1])
+    if given:
+        axes[1].legend(fontsize=7)
+    return _save(fig, path)
+
+
+def write(res: DemoResult) -> dict[str, Path]:
+    from memrl.core.records import write_json_atomic
+    from memrl.report import build_report
+
+    out = res.out
+    text = render(res)
+    files = {"demo.md": out / "demo.md", "demo.json": out / "demo.json", "demo.png": out / "demo.png"}
+    files["demo.md"].write_text(text, encoding="utf-8")
+    write_json_atomic(files["demo.json"], res.to_dict())
+    plot(res, files["demo.png"])
+    report_dir = out / "report"
+    build_report([out / m for m in res.sr], report_dir, warn=lambda m: None)
+    (report_dir / "demo.md").write_text(text, encoding="utf-8")
+    plot(res, report_dir / "demo.png")
+    files["report"] = report_dir
+    return files
+
+
+# --------------------------------------------------------------------------- main
