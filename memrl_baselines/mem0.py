@@ -272,19 +272,21 @@ class Mem0Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = "mem0"
-    k: int = Field(3, ge=1, description="memories injected (the benchmark's k2)")
+    k: int = Field(ge=1, description="memories injected (the benchmark's k2: configs/memory/mem0.yaml "
+                   "reads env.retrieval.k2)")
     threshold: float = Field(0.1, ge=0.0, le=1.0,
                              description="mem0's minimum search score (its default 0.1)")
     infer: bool = Field(True, description="false: store each episode as raw text, no model call")
     agent_id: str = Field("memrl-agent", min_length=1, description="mem0's memory scope")
     collection: str = no_effect("mem0")  # a storage name, inside the run's own mem0 store
-    max_trajectory_chars: int | None = Field(3000, ge=0, description="null = whole trajectory")
+    max_trajectory_chars: int | None = Field(3000, ge=0, description="the same bound as MemRL's "
+                                             "writer; null = whole trajectory")
     llm_max_tokens: int = Field(2000, ge=1, description="max tokens of mem0's extraction answer "
-                                "(mem0's default 2000)")
+                                "(mem0's default 2000; ~64 keeps the embedded model quick)")
     repair_json: bool = Field(True, description="use the first complete JSON object of an answer "
                               "that mem0 cannot read as a whole")
     fixed_date: str | None = Field("2025-01-01", description="pins the prompt's dates; null = today")
-    custom_instructions: str | None = None
+    custom_instructions: str | None = Field(None, description="mem0's custom extraction instructions")
     learn_from_errors: bool = False  # an episode whose model call failed is not stored
     spacy: bool = Field(False, description="mem0's spaCy entity boosts / lemmas (needs en_core_web_sm)")
 

@@ -138,11 +138,13 @@ class MemPSettings(BaseModel):
     build: Literal["trajectory", "script", "proceduralization"] = "proceduralization"
     retrieve: Literal["query", "keyword_average", "random"] = "query"
     update: Literal["vanilla", "validation", "adjustment"] = "adjustment"
-    k: int = Field(3, ge=1, description="memories injected (the benchmark's k2)")
-    max_keywords: int = Field(5, ge=1)
+    k: int = Field(ge=1, description="memories injected (the benchmark's k2: configs/memory/memp.yaml "
+                   "reads env.retrieval.k2)")
+    max_keywords: int = Field(5, ge=1, description="retrieve=keyword_average: key words the model "
+                              "lists per task")
     adjust_limit: int | None = Field(None, ge=1, description="a failure revises at most this many of "
                                      "the memories it used (in injection order); null = all")
-    learn_from_errors: bool = False
+    learn_from_errors: bool = False  # an episode whose model call failed teaches nothing
     deprecation: DeprecationSettings = DeprecationSettings()
     writer: MemPWriterSettings = MemPWriterSettings()
     bank: BankSettings = BankSettings()

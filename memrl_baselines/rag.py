@@ -35,10 +35,12 @@ class RAGSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = "rag"
-    k: int = Field(3, ge=1, description="memories injected (the benchmark's k2)")
+    k: int = Field(ge=1, description="memories injected (the benchmark's k2: configs/memory/rag.yaml "
+                   "reads env.retrieval.k2)")
     min_similarity: float | None = Field(None, ge=-1.0, le=1.0,
                                          description="optional gate: inject only sim >= this")
-    max_trajectory_chars: int | None = Field(3000, ge=0, description="null = store in full")
+    max_trajectory_chars: int | None = Field(3000, ge=0, description="the same bound as MemRL's writer; "
+                                             "null = store in full")
     count_visits: bool = True
     learn_from_errors: bool = False  # an episode whose model call failed is not stored
     bank: BankSettings = BankSettings()

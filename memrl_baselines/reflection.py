@@ -37,7 +37,7 @@ class ReflectionSettings(BaseModel):
 
     name: str = "reflection"
     writer: WriterSettings = WriterSettings()  # include_trajectory: keep the failed attempt
-    learn_from_errors: bool = False
+    learn_from_errors: bool = False  # an episode whose model call failed keeps the previous memory
     bank: BankSettings = BankSettings()
 
 

@@ -76,14 +76,15 @@ class SelfRAGSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = "self_rag"
-    k: int = Field(3, ge=1, description="candidates judged per episode (the benchmark's k2)")
+    k: int = Field(ge=1, description="candidates judged per episode (the benchmark's k2: "
+                   "configs/memory/self_rag.yaml reads env.retrieval.k2)")
     min_similarity: float | None = Field(None, ge=-1.0, le=1.0)
     judge_max_tokens: int = Field(4, ge=1, description="tokens of a yes/no answer")
     max_note_chars: int = Field(1500, ge=1, description="memory text shown to the relevance judge")
     default_retrieve: bool = True   # an unparseable answer to "retrieve?"
     default_relevant: bool = False  # an unparseable answer to "relevant?"
     count_visits: bool = True
-    learn_from_errors: bool = False
+    learn_from_errors: bool = False  # an episode whose model call failed is not stored
     writer: WriterSettings = WriterSettings()
     bank: BankSettings = BankSettings()
 

@@ -305,14 +305,14 @@ def test_self_rag_unparseable_answers_take_the_documented_defaults(tmp_path):
             self.purposes.append(purpose)
             return self.replies[len(self.purposes) - 1]
 
-    memory = SelfRAGMemory(SelfRAGSettings(), bank_dir=RunDir(tmp_path).bank, embedder=HashingEmbedder(dim=16))
+    memory = SelfRAGMemory(SelfRAGSettings(k=3), bank_dir=RunDir(tmp_path).bank, embedder=HashingEmbedder(dim=16))
     task = Task("t", "put a mug in the coffeemachine.")
     cands = [RetrievedMemory(f"m{i}", "put a cup in the sink.", f"note {i}", 0.0, 0.5, 0.5) for i in range(2)]
     # "perhaps" to retrieval -> retrieve (default yes); "hmm" to a memory -> not relevant (default no)
     model = Model(["perhaps", "hmm", "yes"])
     assert [m.memory_id for m in memory.select(task, cands, llm=model)] == ["m1"]
     assert model.purposes == ["self-rag-retrieve", "self-rag-relevance", "self-rag-relevance"]
-    flipped = SelfRAGMemory(SelfRAGSettings(default_retrieve=False), bank_dir=tmp_path / "bank2",
+    flipped = SelfRAGMemory(SelfRAGSettings(k=3, default_retrieve=False), bank_dir=tmp_path / "bank2",
                             embedder=HashingEmbedder(dim=16))
     assert flipped.select(task, cands, llm=Model(["?"])) == []
 

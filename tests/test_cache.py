@@ -10,6 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from memrl.cli import main as memrl_main
+from memrl.config.sections import EmbedderSettings, LLMSettings
 from memrl.core import cachedir
 from memrl.llm.base import LLMRequest
 from memrl.llm.embed import CachedEmbedder, HashingEmbedder, build_embedder
@@ -84,8 +85,8 @@ def test_owned_cache_names_are_the_ones_the_owners_write(monkeypatch, tmp_path):
 def test_a_moved_response_cache_keeps_hitting(tmp_path):
     """The key is the request, not the file's place: moving runs/.cache here keeps every hit."""
     old = tmp_path / "runs" / ".cache" / cachedir.LLM_CACHE
-    cfg = {"backend": "scripted", "model": "echo", "cache": True, "max_retries": 0}
-    client = build_client({**cfg, "cache_path": str(old)})
+    cfg = {"name": "echo", "backend": "scripted", "model": "echo", "cache": True, "max_retries": 0}
+    client = build_client(LLMSettings.model_validate({**cfg, "cache_path": str(old)}))
     req = LLMRequest(messages=(("user", "hello"),), max_tokens=8)
     assert client.complete(req).cached is False
     client.cache.close()
@@ -93,7 +94,7 @@ def test_a_moved_response_cache_keeps_hitting(tmp_path):
     new_root.mkdir()
     for p in old.parent.iterdir():  # what the README says: mv runs/.cache/* <cache folder>/
         p.rename(new_root / p.name)
-    moved = build_client({**cfg, "cache_path": str(new_root / cachedir.LLM_CACHE)})
+    moved = build_client(LLMSettings.model_validate({**cfg, "cache_path": str(new_root / cachedir.LLM_CACHE)}))
     resp = moved.complete(req)
     assert resp.cached is True and resp.text == "hello"
 
@@ -105,14 +106,14 @@ def test_a_moved_embedding_cache_keeps_hitting(tmp_path):
     emb.close()
     b = tmp_path / "b"
     a.parent.rename(b)
-    again = build_embedder({"backend": "hashing", "dim": 8, "cache": True,
-                            "cache_path": str(b / cachedir.EMBEDDING_CACHE)})
+    again = build_embedder(EmbedderSettings(name="h", backend="hashing", dim=8, cache=True,
+                                            cache_path=str(b / cachedir.EMBEDDING_CACHE)))
     assert (again.embed(["one", "two"]) == first).all() and (again.hits, again.misses) == (2, 0)
 
 
 def _fill(root: Path) -> None:
     rc = ResponseCache(root / cachedir.LLM_CACHE)
-    client = build_client({"backend": "scripted", "model": "echo", "cache": False})
+    client = build_client(LLMSettings(name="echo", backend="scripted", model="echo", cache=False))
     for text in ("a", "b", "c"):
         req = LLMRequest(messages=(("user", text),))
         rc.put(text, client.complete(req))

@@ -124,10 +124,18 @@ def test_resume_refuses_a_different_config_but_allows_exempt_keys(tmp_path):
                                           ("bcb_official", 25)])
 def test_paper_presets_run_the_official_batches_with_as_many_model_calls_in_flight(preset, width):
     """Issue 16: the official code's batch sizes, and a model concurrency that plays them."""
-    with initialize_config_dir(config_dir=CONFIGS, version_base=None):
-        c = compose(config_name="config", overrides=[f"experiment={preset}"])
-    assert (c.runner.schedule, c.runner.batch_size, c.llm.max_concurrency) == ("batch", width, width)
-    with initialize_config_dir(config_dir=CONFIGS, version_base=None):
-        c = compose(config_name="config", overrides=[f"experiment={preset}", "runner.schedule=async",
-                                                     f"runner.max_in_flight={width}"])
-    assert (c.runner.schedule, c.runner.max_in_flight) == ("async", width)
+    from omegaconf import OmegaConf
+
+    from memrl.config.sections import LLMSettings, RunnerSettings
+
+    def sections(*overrides: str) -> tuple[RunnerSettings, LLMSettings]:
+        """The runner and llm sections as validated (the YAML leaves their defaults to the schema)."""
+        with initialize_config_dir(config_dir=CONFIGS, version_base=None):
+            c = compose(config_name="config", overrides=[f"experiment={preset}", *overrides])
+        return (RunnerSettings.model_validate(OmegaConf.to_container(c.runner, resolve=True)),
+                LLMSettings.model_validate(OmegaConf.to_container(c.llm, resolve=True)))
+
+    runner, llm = sections()
+    assert (runner.schedule, runner.batch_size, llm.max_concurrency) == ("batch", width, width)
+    runner, _ = sections("runner.schedule=async", f"runner.max_in_flight={width}")
+    assert (runner.schedule, runner.max_in_flight) == ("async", width)

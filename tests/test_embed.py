@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from memrl.config.sections import EmbedderSettings
 from memrl.llm.embed import CachedEmbedder, Embedder, HashingEmbedder, MiniLMEmbedder, build_embedder
 
 
@@ -79,14 +80,16 @@ def test_cached_embedder_embeds_each_distinct_text_once(tmp_path) -> None:
 
 
 def test_build_embedder(tmp_path) -> None:
-    emb = build_embedder({"backend": "hashing", "dim": 24, "cache": True, "cache_path": str(tmp_path / "x.sqlite")})
+    emb = build_embedder(EmbedderSettings(name="h", backend="hashing", dim=24, cache=True,
+                                          cache_path=str(tmp_path / "x.sqlite")))
     assert isinstance(emb, CachedEmbedder) and emb.dim == 24 and emb.model_id == "hashing-24"
     assert emb.embed(["hello"]).shape == (1, 24)
-    assert isinstance(build_embedder({"backend": "minilm"}), MiniLMEmbedder)
+    assert isinstance(build_embedder(EmbedderSettings(name="m", backend="minilm", cache=False)), MiniLMEmbedder)
+    assert build_embedder(EmbedderSettings(name="h", backend="hashing", cache=False)).dim == 64  # the embedder's own
     with pytest.raises(ValueError):
-        build_embedder({"backend": "litellm"})  # needs a model
-    with pytest.raises(ValueError):
-        build_embedder({"backend": "word2vec"})
+        build_embedder(EmbedderSettings(name="e", backend="litellm", cache=False))  # needs a model
+    with pytest.raises(ValueError):  # the schema refuses it before any factory sees it
+        EmbedderSettings.model_validate({"name": "e", "backend": "word2vec"})
 
 
 def test_litellm_embedder_against_local_server(monkeypatch) -> None:
@@ -109,7 +112,8 @@ def test_litellm_embedder_against_local_server(monkeypatch) -> None:
                 {"object": "embedding", "index": i, "embedding": [float(len(t)), 1.0, 0.0]}
                 for i, t in enumerate(body["input"])
             ][::-1]
-            out = json.dumps({"object": "list", "data": data, "model": "e", "usage": {"prompt_tokens": 1, "total_tokens": 1}}).encode()
+            usage = {"prompt_tokens": 1, "total_tokens": 1}
+            out = json.dumps({"object": "list", "data": data, "model": "e", "usage": usage}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(out)))

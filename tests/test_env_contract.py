@@ -86,8 +86,17 @@ def composed(*overrides: str):
         return compose("config", overrides=list(overrides))
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+ENV_CONFIGS = sorted(p.stem for p in (ROOT / "configs" / "env").glob("*.yaml"))
+
+
+def test_every_case_is_an_env_config() -> None:
+    assert ENV_CONFIGS and set(CASES) <= set(ENV_CONFIGS), sorted(set(CASES) - set(ENV_CONFIGS))
+
+
+@pytest.mark.parametrize("name", ENV_CONFIGS)  # every env config group option: a new benchmark is tested here
 def test_every_env_keeps_the_contract(name: str, tmp_path) -> None:
+    assert name in CASES, (f"configs/env/{name}.yaml has no contract case: add its oracle, a task the oracle "
+                           "solves, its overrides and an eval split to CASES")
     oracle, task_id, overrides, eval_split, needs = CASES[name]
     why = needs()
     if why:

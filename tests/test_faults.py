@@ -19,8 +19,9 @@ import pytest
 
 from memrl.core.rundir import RunDir
 from memrl.llm.base import LLMError, LLMRequest
-from memrl.llm.client import LLMClient, retry_after_seconds
+from memrl.llm.client import LLMClient
 from memrl.llm.faults import FaultTally, episode_summary, error_kind
+from memrl.llm.retry import retry_after_seconds
 from memrl.testing.fault_server import FAULTS, NO_ACTION_REPLY, TRANSIENT_FAULTS, FaultPlan, FaultServer, reply_for
 
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"

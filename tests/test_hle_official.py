@@ -19,7 +19,6 @@ from memrl.llm.client import LLMClient
 from memrl.llm.scripted import ScriptedBackend
 from memrl_envs.hle import HLEEnv
 from memrl_envs.hle.data import HLEQuestion, Selection, official_order, select
-from memrl_envs.hle.env import judge_from_settings
 from memrl_envs.hle.judge import (
     EXAMPLES,
     OFFICIAL_INSTRUCTIONS,
@@ -181,9 +180,12 @@ def make_env(judge_fn, judge: dict | None = None, **fields) -> tuple[HLEEnv, Scr
 
 
 def test_the_env_builds_its_judge_with_the_configured_rule() -> None:
-    built = judge_from_settings({"backend": "scripted", "verdict_rule": "official", "json_mode": False})
+    def judge_of(**section):
+        return HLEEnv(HLESettings(data_path=str(FIXTURE), judge=section), agent="react").judge
+
+    built = judge_of(backend="scripted", verdict_rule="official", json_mode=False)
     assert built.verdict_rule == "official" and built.official and not built.json_mode
-    assert judge_from_settings({"backend": "scripted"}).verdict_rule == "memrl"
+    assert judge_of(backend="scripted").verdict_rule == "memrl"
     with pytest.raises(ValueError, match="verdict_rule"):
         JudgeSettings(backend="scripted", verdict_rule="lenient")
 

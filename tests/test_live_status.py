@@ -12,7 +12,8 @@ from test_runner import finish, make_runner
 
 from memrl.cli import main as memrl_main
 from memrl.cli.status import run_status
-from memrl.control.live import RunTally, progress_enabled
+from memrl.control.live import RunTally
+from memrl.core.progress import progress_enabled
 from memrl.core.records import read_episodes
 from memrl.core.rundir import RunDir
 

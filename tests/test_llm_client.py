@@ -10,10 +10,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from memrl.config.sections import LLMSettings
 from memrl.llm.base import LLMError, LLMRequest
-from memrl.llm.client import LLMClient, is_transient, retry_after_seconds
+from memrl.llm.client import LLMClient
 from memrl.llm.factory import build_client
 from memrl.llm.response_cache import ResponseCache
+from memrl.llm.retry import is_transient, retry_after_seconds
 from memrl.llm.scripted import ScriptedBackend
 
 REQ = LLMRequest(messages=(("user", "ping"),), max_tokens=8)
@@ -217,8 +219,9 @@ def test_second_identical_run_makes_no_backend_calls(tmp_path) -> None:
 
 
 def test_build_client_from_config(tmp_path) -> None:
-    client = build_client(
+    client = build_client(LLMSettings.model_validate(
         {
+            "name": "echo",
             "backend": "scripted",
             "model": "echo",
             "temperature": 0.0,
@@ -228,13 +231,13 @@ def test_build_client_from_config(tmp_path) -> None:
             "max_concurrency": 2,
             "max_retries": 1,
         }
-    )
+    ))
     assert client.model_id == "echo" and client.max_concurrency == 2 and client.max_retries == 1
-    assert client.defaults == {"temperature": 0.0, "max_tokens": 16}
+    assert client.defaults == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 16}  # top_p: the schema's
     assert client.episode("p", 0).complete("hello", purpose="act") == "hello"
     assert (tmp_path / "llm.sqlite").exists()
-    with pytest.raises(ValueError):
-        build_client({"backend": "nope"})
+    with pytest.raises(ValueError):  # the schema refuses it before any factory sees it
+        LLMSettings.model_validate({"name": "x", "backend": "nope"})
 
 
 # -- litellm against a local OpenAI-compatible server (no network beyond 127.0.0.1) ---------
@@ -337,15 +340,16 @@ def test_litellm_exceptions_classified(fake_server) -> None:
     assert not is_transient(litellm.ContextWindowExceededError("x", model="m", llm_provider="openai"))
 
 
-def test_build_client_accepts_omegaconf(tmp_path) -> None:
+def test_build_client_takes_a_section_validated_from_omegaconf(tmp_path) -> None:
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.create(
-        {"backend": "scripted", "model": None, "cache": False, "cache_path": None, "max_retries": None, "top_p": 0.5}
+        {"name": "s", "backend": "scripted", "model": None, "cache": False, "cache_path": None, "top_p": 0.5}
     )
-    client = build_client(cfg)
+    client = build_client(LLMSettings.model_validate(OmegaConf.to_container(cfg)))
+    # what the section leaves out is the schema's default (memrl.config.sections)
     assert client.cache is None and client.max_retries == 6 and client.model_id == "scripted"
-    assert client.defaults == {"top_p": 0.5}
+    assert client.defaults == {"temperature": 0.0, "top_p": 0.5, "max_tokens": 256}
 
 
 def _text_ok(text: str) -> tuple[int, dict, dict]:
@@ -361,10 +365,10 @@ def test_base_model_behind_a_server_gets_text_completion_with_extra(fake_server,
     import logging
 
     _FakeOpenAI.script = [_err(503), _text_ok(" go to cabinet 1")]
-    client = build_client({"backend": "litellm", "model": "text-completion-openai/gemma-base",
-                           "api_base": fake_server, "api_key_env": "FAKE_KEY", "max_retries": 2,
-                           "backoff_base": 0.001, "backoff_max": 0.01, "cache": False,
-                           "extra": {"repeat_penalty": 1.0}})
+    client = build_client(LLMSettings(name="base", backend="litellm", model="text-completion-openai/gemma-base",
+                                      api_base=fake_server, api_key_env="FAKE_KEY", max_retries=2,
+                                      backoff_base=0.001, backoff_max=0.01, cache=False,
+                                      extra={"repeat_penalty": 1.0}))
     with caplog.at_level(logging.INFO):
         text = client.episode("s/e1/t", seed=1).complete("You are in a room.\n>", purpose="act",
                                                           max_tokens=8, stop=("\n",))

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from memrl.config.sections import LLMSettings
 from memrl.llm.base import (
     ImagePart,
     LLMError,
@@ -136,12 +137,14 @@ def test_vision_backend_receives_the_data_url() -> None:
 
 
 def test_factory_reads_the_vision_flag(tmp_path) -> None:
-    assert build_client({"backend": "scripted", "cache": False}).supports_images is True
-    assert build_client({"backend": "scripted", "cache": False, "vision": False}).supports_images is False
-    assert build_client({"backend": "local", "cache": False, "vision": True}).supports_images is False
-    litellm_cfg = {"backend": "litellm", "model": "openai/my-served-model", "cache": False}
-    assert build_client({**litellm_cfg, "vision": True}).supports_images is True
-    assert build_client({**litellm_cfg, "vision": False}).supports_images is False
+    def client(**section):
+        return build_client(LLMSettings(name="m", cache=False, **section))
+
+    assert client(backend="scripted").supports_images is True
+    assert client(backend="scripted", vision=False).supports_images is False
+    assert client(backend="local", vision=True).supports_images is False
+    assert client(backend="litellm", model="openai/my-served-model", vision=True).supports_images is True
+    assert client(backend="litellm", model="openai/my-served-model", vision=False).supports_images is False
 
 
 def test_litellm_vision_defaults_to_its_model_list(monkeypatch) -> None:

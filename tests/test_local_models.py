@@ -75,17 +75,18 @@ def test_bad_local_choices_are_refused():
 
 
 def test_factory_passes_local_settings_and_litellm_extra():
-    local = build_backend({"backend": "local", "model": "smollm2-135m-instruct-q4_1", "mode": "chat",
-                           "reuse_prefix": False, "prefix_block": 16})
+    local = build_backend(LLMSettings(name="x", backend="local", model="smollm2-135m-instruct-q4_1", mode="chat",
+                                      reuse_prefix=False, prefix_block=16))
     assert (local.mode, local.reuse_prefix, local.block) == ("chat", False, 16)
-    lite = build_backend({"backend": "litellm", "model": "text-completion-openai/gemma",
-                          "api_base": "http://127.0.0.1:9/v1", "extra": {"repeat_penalty": 1.0}})
+    lite = build_backend(LLMSettings(name="x", backend="litellm", model="text-completion-openai/gemma",
+                                     api_base="http://127.0.0.1:9/v1", extra={"repeat_penalty": 1.0}))
     assert lite.extra == {"repeat_penalty": 1.0}
     # the settings that change answers are part of the model's identity, hence of every cache
     # key (the name stays the name), whether the identity is the name or a server's fingerprint
     for where in ({}, {"api_base": "http://127.0.0.1:9/v1", "model_fingerprint": "f1"}):
-        cfg = {"backend": "litellm", "model": "text-completion-openai/gemma", **where}
-        plain, tuned = build_backend(cfg), build_backend({**cfg, "extra": {"repeat_penalty": 1.0}})
+        cfg = {"name": "x", "backend": "litellm", "model": "text-completion-openai/gemma", **where}
+        plain = build_backend(LLMSettings.model_validate(cfg))
+        tuned = build_backend(LLMSettings.model_validate({**cfg, "extra": {"repeat_penalty": 1.0}}))
         assert tuned.model_id == plain.model_id == "text-completion-openai/gemma"
         assert tuned.cache_identity == plain.cache_identity + '|extra={"repeat_penalty":1.0}'
         assert tuned.identity()["key"] == tuned.cache_identity

@@ -59,7 +59,7 @@ def good_model(request: LLMRequest) -> str:
 def make(tmp_path, fn=good_model, *, cache=None, sub="run", **kw):
     backend = ScriptedBackend(fn, model_id="scripted-mem0")
     client = LLMClient(backend, cache=cache, max_retries=0)
-    mem = Mem0Memory(Mem0Settings(**kw), store_dir=tmp_path / sub / "mem0",
+    mem = Mem0Memory(Mem0Settings(**{"k": 3, **kw}), store_dir=tmp_path / sub / "mem0",
                      embedder=HashingEmbedder(dim=64))
     mem.attach_llm(client)
     mem.setup([MUG, MUG2, LAMP], seed=0)

@@ -127,7 +127,7 @@ class Script:
 
 
 def memp(tmp_path: Path, emb, **kw) -> MemPMemory:
-    return MemPMemory(MemPSettings(**kw), bank_dir=RunDir(tmp_path).bank, embedder=emb)
+    return MemPMemory(MemPSettings(**{"k": 3, **kw}), bank_dir=RunDir(tmp_path).bank, embedder=emb)
 
 
 def run(run_dir: Path, env, tasks, memory, script: Script, *, epochs: int, embedder):

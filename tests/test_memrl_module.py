@@ -12,8 +12,13 @@ from memrl.memory.base import LearnItem
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
 
 
+# the benchmark's retrieval settings have no default (env.retrieval holds them): ALFWorld's
+ALFWORLD_RETRIEVAL = {"delta": 0.62, "k1": 5, "k2": 3}
+
+
 def make(tmp_path, **kw):
-    return MemRLMemory(MemRLSettings(**kw), bank_dir=RunDir(tmp_path).bank, embedder=HashingEmbedder(dim=64))
+    return MemRLMemory(MemRLSettings(**{**ALFWORLD_RETRIEVAL, **kw}), bank_dir=RunDir(tmp_path).bank,
+                       embedder=HashingEmbedder(dim=64))
 
 
 def item(task, success, injected=(), epoch=1, errored=False, text="exp"):

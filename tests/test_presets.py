@@ -79,8 +79,9 @@ def test_explicit_values_win_over_the_benchmarks() -> None:
     assert validate(composed("env=bigcodebench", "memory=rag", "env.retrieval.k2=7", *overrides)).memory.k == 7
 
 
-def test_the_bank_block_is_one_shared_group() -> None:
-    """Every banked memory reads the same bank group; an override reaches the module."""
+def test_the_bank_block_is_one_shared_schema() -> None:
+    """Every banked memory's bank block is BankSettings, its defaults the schema's (no YAML
+    repeats them); an override reaches the module."""
     _, overrides = ENVS["alfworld"]
     banks = {}
     for method in ("memrl", "memrl_rag", "rag", "self_rag", "memp", "reflection"):
@@ -113,7 +114,7 @@ def test_official_preset_sets_every_official_switch_on_the_paper_preset(preset: 
     if preset.startswith("llb"):  # the official task set needs the val file beside train
         overrides = [f"env.data_path={LLB_FIXTURE / LLB_TRAIN[env]}"]
     cfg = composed(f"experiment={preset}", *overrides)
-    base = composed(f"experiment={paper}", *overrides)
+    base = validate(composed(f"experiment={paper}", *overrides))
     v = validate(cfg)
     m = v.memory
     got = (m.delta, m.k1, m.k2, list(m.sim_stats), m.epsilon, m.q_init, m.q_init_by_outcome,

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from memrl.config.sections import LLMSettings
 from memrl.core.stops import Tripwire
 from memrl.llm.base import BudgetExhaustedError, LLMError, LLMRequest, LLMResponse
 from memrl.llm.client import LLMClient
@@ -60,13 +61,13 @@ def test_the_budget_rule_adds_headroom_by_effort_or_as_configured() -> None:
 
 def test_a_temperature_or_top_p_the_model_would_never_see_is_refused_naming_the_key() -> None:
     with pytest.raises(ValueError, match=r"llm\.temperature: openai/gpt-5-mini takes only temperature 1"):
-        build_client({"backend": "litellm", "model": "openai/gpt-5-mini", "temperature": 0.0,
-                      "cache": False, "api_key_env": None})
+        build_client(LLMSettings(name="m", backend="litellm", model="openai/gpt-5-mini", temperature=0.0,
+                                 cache=False, api_key_env=None))
     with pytest.raises(ValueError, match=r"env\.judge\.top_p: .* does not take top_p"):
-        build_client({"backend": "litellm", "model": "openai/gpt-5-mini", "temperature": 1.0, "top_p": 0.9,
-                      "cache": False}, section="env.judge")
-    ok = build_client({"backend": "litellm", "model": "openai/gpt-5-mini", "temperature": 1.0,
-                       "top_p": 1.0, "cache": False})
+        build_client(LLMSettings(name="m", backend="litellm", model="openai/gpt-5-mini", temperature=1.0,
+                                 top_p=0.9, cache=False), section="env.judge")
+    ok = build_client(LLMSettings(name="m", backend="litellm", model="openai/gpt-5-mini", temperature=1.0,
+                                  top_p=1.0, cache=False))
     assert ok.profile.reasoning
 
 
@@ -212,8 +213,8 @@ def test_an_unpriced_model_is_flagged_never_counted_as_free() -> None:
 
 
 def test_a_scripted_model_can_play_a_reasoning_one_for_the_budget_rule() -> None:
-    client = build_client({"backend": "scripted", "cache": False, "reasoning": True, "reasoning_headroom": 500,
-                           "max_output_tokens": 600})
+    client = build_client(LLMSettings(name="s", backend="scripted", cache=False, reasoning=True,
+                                      reasoning_headroom=500, max_output_tokens=600))
     req = client.request((("user", "x"),), purpose="act", max_tokens=64)
     assert req.max_tokens == 564 and req.answer_tokens == 64
     assert client.request((("user", "x"),), purpose="code", max_tokens=400).max_tokens == 600
@@ -234,6 +235,6 @@ def test_no_temperature_means_the_models_own() -> None:
     assert client.request((("user", "x"),), purpose="judge").temperature == 1.0
     plain = client_for(Provider([("ok", "stop", 0)], plain_profile("p")), defaults={})
     assert plain.request((("user", "x"),), purpose="judge").temperature == 0.0
-    ok = build_client({"backend": "litellm", "model": "openai/o3-mini", "temperature": None, "cache": False},
-                      section="env.judge")
+    ok = build_client(LLMSettings(name="judge", backend="litellm", model="openai/o3-mini", temperature=None,
+                                  cache=False), section="env.judge")
     assert ok.request((("user", "x"),), purpose="judge").temperature == 1.0

@@ -13,8 +13,8 @@ from hydra import compose, initialize_config_dir
 from pydantic import BaseModel
 
 from memrl.config import keys as K
-from memrl.core import fields as F
 from memrl.config.sections import LLMSettings
+from memrl.core import fields as F
 from memrl.core.errors import ConfigError
 from memrl.core.rundir import RunDir
 from memrl.journal.runcard import check_resume, comparable

@@ -118,7 +118,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, crash_point):
     state = {"commits": 0}
     target = 4  # crash inside the 5th batch (mid epoch 2)
     real_apply, real_append, real_solve = memory.apply, None, env.solve
-    import memrl.control.runner as runner_mod
+    import memrl.journal.commit as commit_mod
 
     def apply(update):
         if crash_point == "after_journal" and state["commits"] == target:
@@ -127,7 +127,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, crash_point):
         if crash_point == "after_apply" and state["commits"] == target:
             raise Boom()
 
-    real_append = runner_mod.append_jsonl
+    real_append = commit_mod.append_jsonl
 
     def append(path, rows):
         rows = list(rows)
@@ -144,12 +144,12 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, crash_point):
 
     memory.apply = apply
     env.solve = solve
-    runner_mod.append_jsonl = append
+    commit_mod.append_jsonl = append
     try:
         with pytest.raises(Boom):
             runner.run(env.tasks())
     finally:
-        runner_mod.append_jsonl = real_append
+        commit_mod.append_jsonl = real_append
     # a fresh process: new objects on the same directory
     snap, metrics, _ = finish(run_dir)
     assert snap == ref_snap

@@ -91,9 +91,9 @@ def test_async_logs_each_retrieval_before_its_episode_and_records_its_staleness(
     launches = LaunchLog(rd.launches).read()
     assert len(recs) == 12 and sorted((r.epoch, r.task_id) for r in recs) == \
         sorted((e, f"t{i}") for e in (1, 2) for i in range(6))
-    assert sorted((l.epoch, l.task_id) for l in launches) == sorted((r.epoch, r.task_id) for r in recs)
+    assert sorted((ln.epoch, ln.task_id) for ln in launches) == sorted((r.epoch, r.task_id) for r in recs)
     assert [r.batch for r in recs] == list(range(6)) * 2  # commit positions, in completion order
-    by_cell = {(l.epoch, l.task_id): l for l in launches}
+    by_cell = {(ln.epoch, ln.task_id): ln for ln in launches}
     writer_at = {}  # memory id -> the global commit index of the episode that wrote it
     for k, r in enumerate(recs):
         launch = by_cell[(r.epoch, r.task_id)]
@@ -106,10 +106,10 @@ def test_async_logs_each_retrieval_before_its_episode_and_records_its_staleness(
     assert max(r.staleness for r in recs) >= 1 and len(snap) == 12
     # launch order = task order in a fresh run's first epoch; the launch numbers count each
     # epoch's launches in log order
-    mine = sorted((l for l in launches if l.epoch == 1), key=lambda l: l.launch)
-    assert [l.task_id for l in mine] == [f"t{i}" for i in range(6)]
+    mine = sorted((ln for ln in launches if ln.epoch == 1), key=lambda ln: ln.launch)
+    assert [ln.task_id for ln in mine] == [f"t{i}" for i in range(6)]
     for e in (1, 2):
-        assert [l.launch for l in launches if l.epoch == e] == list(range(6))
+        assert [ln.launch for ln in launches if ln.epoch == e] == list(range(6))
     metrics = write_metrics(tmp_path)
     st = metrics["staleness"]
     values = sorted(r.staleness for r in recs)
@@ -132,11 +132,11 @@ def schedule_facts(run_dir: Path, n_tasks: int, width: int) -> list[Launch]:
     launches = LaunchLog(rd.launches).read()
     assert [r.epoch for r in recs] == sorted(r.epoch for r in recs)  # commits never interleave epochs
     commit_at = {(r.epoch, r.task_id): k for k, r in enumerate(recs)}
-    for k, l in enumerate(launches):
-        if l.epoch == 1:  # at most `width` in flight: the launches before it less the commits it
-            assert k - l.bank_version < width  # saw (in epoch 1 whatever finished is committed)
+    for k, ln in enumerate(launches):
+        if ln.epoch == 1:  # at most `width` in flight: the launches before it less the commits it
+            assert k - ln.bank_version < width  # saw (in epoch 1 whatever finished is committed)
         else:  # a task's next episode starts once its previous one is committed
-            assert commit_at[(l.epoch - 1, l.task_id)] < l.bank_version
+            assert commit_at[(ln.epoch - 1, ln.task_id)] < ln.bank_version
     return launches
 
 
@@ -147,17 +147,17 @@ def test_the_next_epoch_starts_in_this_ones_drain_and_commits_after_it(tmp_path)
     n, width = 6, 3
     play(tmp_path / "overlap", fn=straggler(), epochs=3, n_tasks=n, width=width)
     launches = schedule_facts(tmp_path / "overlap", n, width)
-    early = [l for l in launches if l.epoch > 1 and l.bank_version < (l.epoch - 1) * n]
+    early = [ln for ln in launches if ln.epoch > 1 and ln.bank_version < (ln.epoch - 1) * n]
     assert early, "no episode started in an epoch's drain"
     recs = read_episodes(RunDir(tmp_path / "overlap").episodes)
     assert sorted((r.epoch, r.task_id) for r in recs) == sorted((e, f"t{i}") for e in (1, 2, 3) for i in range(n))
-    for l in early:  # it retrieved before the epoch it follows was complete: that is its staleness
-        r = next(r for r in recs if (r.epoch, r.task_id) == (l.epoch, l.task_id))
-        assert r.bank_version == l.bank_version and r.staleness >= (l.epoch - 1) * n - l.bank_version
+    for ln in early:  # it retrieved before the epoch it follows was complete: that is its staleness
+        r = next(r for r in recs if (r.epoch, r.task_id) == (ln.epoch, ln.task_id))
+        assert r.bank_version == ln.bank_version and r.staleness >= (ln.epoch - 1) * n - ln.bank_version
     play(tmp_path / "barrier", fn=straggler(), epochs=3, n_tasks=n, width=width, epoch_overlap=False)
     launches = schedule_facts(tmp_path / "barrier", n, width)
-    assert all(l.bank_version >= (l.epoch - 1) * n for l in launches)
-    assert all(k - l.bank_version < width for k, l in enumerate(launches))  # nothing waits to commit
+    assert all(ln.bank_version >= (ln.epoch - 1) * n for ln in launches)
+    assert all(k - ln.bank_version < width for k, ln in enumerate(launches))  # nothing waits to commit
 
 
 def test_a_replay_of_a_finished_async_run_reproduces_it_exactly(tmp_path):
@@ -165,7 +165,7 @@ def test_a_replay_of_a_finished_async_run_reproduces_it_exactly(tmp_path):
     snap, first = play(tmp_path / "a", fn=jittery(seed=1), cache=ResponseCache(cache), epochs=3)
     assert first.calls > 0
     source = schedule_facts(tmp_path / "a", 6, 3)
-    assert any(l.bank_version < (l.epoch - 1) * 6 for l in source)  # epochs overlapped there
+    assert any(ln.bank_version < (ln.epoch - 1) * 6 for ln in source)  # epochs overlapped there
     # the replay: its own directory, the source's launch log and commit order, the same cache
     replayed, backend = play(tmp_path / "b", fn=jittery(seed=2), cache=ResponseCache(cache), epochs=3,
                              replay_from=tmp_path / "a")
@@ -208,7 +208,7 @@ def test_a_fatal_model_error_stops_an_async_run_and_its_episodes_replay_on_resum
     rd = RunDir(tmp_path)
     done = [r.task_id for r in read_episodes(rd.episodes)]
     assert "t3" not in done and len(done) < 4  # nothing failed was committed
-    logged = {l.task_id: l for l in LaunchLog(rd.launches).read()}
+    logged = {ln.task_id: ln for ln in LaunchLog(rd.launches).read()}
     assert "t3" in logged  # launched (its retrieval logged), never committed
     snap, _ = play(tmp_path, n_tasks=4, width=2)
     recs = read_episodes(rd.episodes)
@@ -239,7 +239,7 @@ def test_a_stop_in_an_epochs_drain_resumes_with_the_next_epochs_launches_replaye
     rd = RunDir(tmp_path)
     before = read_episodes(rd.episodes)
     assert {r.epoch for r in before} == {1} and "t0" not in {r.task_id for r in before}
-    logged = {(l.epoch, l.task_id): l for l in LaunchLog(rd.launches).read()}
+    logged = {(ln.epoch, ln.task_id): ln for ln in LaunchLog(rd.launches).read()}
     assert any(e == 2 for e, _ in logged), "no episode of epoch 2 started in epoch 1's drain"
     play(tmp_path, fn=straggler(), epochs=2, n_tasks=6, width=3)
     recs = read_episodes(rd.episodes)
@@ -247,9 +247,9 @@ def test_a_stop_in_an_epochs_drain_resumes_with_the_next_epochs_launches_replaye
     assert sorted((r.epoch, r.task_id) for r in recs) == sorted((e, f"t{i}") for e in (1, 2) for i in range(6))
     for r in recs:
         if (r.epoch, r.task_id) in logged:  # launched before the stop: replayed as logged
-            l = logged[(r.epoch, r.task_id)]
-            assert r.bank_version == l.bank_version
-            assert [m["id"] for m in r.injected] == [m["memory_id"] for m in l.memories]
+            ln = logged[(r.epoch, r.task_id)]
+            assert r.bank_version == ln.bank_version
+            assert [m["id"] for m in r.injected] == [m["memory_id"] for m in ln.memories]
     assert len(LaunchLog(rd.launches).read()) == 12  # one launch per episode, none twice
     schedule_facts(tmp_path, 6, 3)
 
@@ -305,7 +305,7 @@ def test_sigkill_mid_async_run_then_the_same_command_continues_it(tmp_path):
     before = [json.loads(line) for line in rd.episodes.read_text().splitlines() if line.strip()]
     before = [r for r in before if (r["epoch"], r["batch"]) <= tuple(json.loads(rd.checkpoint.read_text())[k]
                                                                    for k in ("epoch", "batch"))]
-    launched = {(l.epoch, l.task_id): l for l in LaunchLog(rd.launches).read()}
+    launched = {(ln.epoch, ln.task_id): ln for ln in LaunchLog(rd.launches).read()}
     pending = set(launched) - {(r["epoch"], r["task_id"]) for r in before}
     assert pending  # the kill left episodes in flight
     out = memrl_run(args, tmp_path, TINY_REPLY_DELAY="0")

@@ -193,7 +193,7 @@ def test_vllm_preset_talks_to_an_openai_compatible_server(tmp_path, monkeypatch)
         cfg = compose(["llm=vllm", "llm.cache=false", "llm.max_retries=0"])
         settings = LLMSettings.model_validate(OmegaConf.to_container(cfg.llm, resolve=True))
         assert (settings.name, settings.backend, settings.model) == ("vllm", "litellm", "openai/org/served-model")
-        client = build_client(settings.model_dump())
+        client = build_client(settings)
         got = client.episode("s0/e1/t0", 0).complete("ping", purpose="act")
     finally:
         server.shutdown()
@@ -263,4 +263,5 @@ def test_chroma_server_backend_matches_the_embedded_bank(tmp_path, chroma_server
     assert len(read_entries(resolve(tmp_path / "a"))) == 12
     # another run pointed at the same collection is refused instead of mixing memories
     with pytest.raises(ValueError, match="memory.bank.collection"):
-        MemRLMemory(MemRLSettings(bank=served), bank_dir=RunDir(tmp_path / "c").bank, embedder=EMB)
+        MemRLMemory(MemRLSettings(delta=0.0, k1=4, k2=2, bank=served), bank_dir=RunDir(tmp_path / "c").bank,
+                    embedder=EMB)

@@ -23,14 +23,6 @@ from memrl.core import cachedir
 from memrl.core.errors import cli_exit
 
 
-def _db_live(path: Path) -> bool:
-    """A server may be using the folder: its pid file names a live process."""
-    from memrl_envs.lifelong_db.server import MariaDBServer
-
-    pid = MariaDBServer(path).pid()
-    return pid is not None and Path(f"/proc/{pid}").exists()
-
-
 def cmd_stats(args: argparse.Namespace) -> int:
     root = args.dir or cachedir.default_cache_dir()
     rows = cachedir.inventory(root)
@@ -59,7 +51,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
             print(f"  {p}")
         print("add --yes to delete it")
         return 1
-    for p in cachedir.clear(args.target, root, is_live=_db_live):
+    for p in cachedir.clear(args.target, root, is_live=cachedir.db_server_live):
         print(f"deleted {p}")
     return 0
 

@@ -1,9 +1,17 @@
 """The schemas of the config sections whose schema is fixed (docs/design.md §10): the model
 sections (`llm`, a judge's, `embedder`), `agent`, `runner`, `metrics`, `logger` and `paths`.
 The env and memory sections are validated by the `Settings` of the class their `_target_`
-names. Each field's default is the one default of its key: the YAML of configs/ states only
-what differs from it (and `_target_`, names, interpolations). How a field bears on results is
-marked on it (memrl.core.fields)."""
+names. How a field bears on results is marked on it (memrl.core.fields).
+
+One owner for each default: a field's default here (or on the env's / memory's `Settings`)
+is the one default of its key. The YAML of configs/ states only `_target_`, names,
+interpolations and what differs from the schema; what a key means is said on its field. The
+run card records the full config, every default included (memrl.config.validate.full_config).
+
+Since the YAML leaves most keys out, the composed config's sections are open
+(memrl.config.frame): `memory.alpha=0.1` overrides a key no YAML names, exactly as it did
+when the YAML named it (the same command line, the same run directory name); a key that
+no schema knows is refused by the validation (`memrl: ...`, exit 2), not by Hydra."""
 
 from __future__ import annotations
 
@@ -47,8 +55,10 @@ class ModelSettings(ModelService):
     # the in-flight limit halves on rate limits and recovers additively (memrl.llm.ratelimit);
     # false: a fixed limit. The provider's per-minute limits pace requests (null = none).
     adaptive_concurrency: bool = no_effect(True)
-    rpm: int | None = no_effect(None, ge=1, description="requests per minute; null = no limit")
-    tpm: int | None = no_effect(None, ge=1, description="tokens per minute; null = no limit")
+    rpm: int | None = no_effect(None, ge=1, description="the provider's requests per minute (paces "
+                                "requests); null = no limit")
+    tpm: int | None = no_effect(None, ge=1, description="its tokens per minute; null = no limit (429s "
+                                "still halve the in-flight limit)")
     max_retries: int = no_effect(6, ge=0)
     # null: the model's own (a model that takes only one temperature, e.g. o3-mini's 1, gets that
     # one; any other 0, greedy)
@@ -58,7 +68,8 @@ class ModelSettings(ModelService):
     n_ctx: int = Field(4096, ge=256)
     # CPU threads of the embedded model (not part of the response cache key either)
     n_threads: int | None = no_effect(None, ge=1)
-    model_path: str | None = None
+    model_path: str | None = Field(None, description="local: any .gguf instead of a packaged model "
+                                   "(its id is then its file name + hash)")
     script: str | None = None  # scripted backend: "package.module:function" (tests)
     backoff_base: float = no_effect(1.0, ge=0.0)
     backoff_max: float = no_effect(60.0, ge=0.0)
@@ -120,8 +131,10 @@ class LLMSettings(ModelSettings):
     stops at a commit boundary before a batch would pass one (memrl.control.budget). A budget decides
     when a run stops, never what it computes: the same command with a higher one continues."""
 
-    budget_usd: float | None = no_effect(None, gt=0, description="USD for the whole run; null = none")
-    budget_tokens: int | None = no_effect(None, gt=0, description="tokens for the whole run; null = none")
+    budget_usd: float | None = no_effect(None, gt=0, description="USD for the whole run (all sessions); "
+                                         "null = no limit")
+    budget_tokens: int | None = no_effect(None, gt=0, description="prompt + completion tokens for the "
+                                          "whole run (all sessions); null = no limit")
 
 
 class EmbedderSettings(ModelService):
@@ -159,14 +172,17 @@ class MetricsSettings(BaseModel):
     """The `metrics` section: how metrics.json reads what the episodes leave undefined."""
 
     model_config = ConfigDict(extra="forbid")
-    # an epoch with no failure has forgetting rate 0/0: count it as 0 | leave it out
+    # an epoch with no failure has forgetting rate 0/0: zero = count it as 0 (pulls the mean
+    # down) | skip = leave it out. Both means and the count of such epochs are in metrics.json
+    # whatever is chosen
     forgetting_zero_fail: Literal["zero", "skip"] = no_effect("zero")
 
 
 class RunnerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    epochs: int = extent(10, ge=1)
-    batch_size: int = Field(1, ge=1, description="B=1 is strictly online")
+    epochs: int = extent(10, ge=1, description="passes over the task set (the paper: 10)")
+    batch_size: int = Field(1, ge=1, description="B=1 is strictly online; a larger B plays B "
+                            "episodes concurrently")
     # the progress bar: true, false, or auto = only when stderr is a terminal (memrl/control/live.py)
     progress: bool | Literal["auto"] = no_effect("auto")
     metrics_every_epoch: bool = no_effect(True)
@@ -175,11 +191,13 @@ class RunnerSettings(BaseModel):
     max_error_rate: float = no_effect(0.5, ge=0.0, le=1.0)
     # transfer protocol: after each training epoch, evaluate the frozen bank on another split
     mode: Literal["train", "transfer"] = "train"
-    eval_split: str | None = None
+    eval_split: str | None = Field(None, description="transfer: the held-out split (e.g. valid_seen, "
+                                   "ALFWorld's in-distribution transfer split)")
     eval_max_tasks: int | None = Field(None, ge=1)
     # batch: batches of batch_size retrieve at batch start, learn in task order (deterministic);
     # async: a free pool of max_in_flight episodes, each retrieving when it starts and
-    # committed when it finishes (timing-dependent, replayable from its launch log). Both
+    # committed when it finishes (timing-dependent; its retrievals are logged in
+    # state/launches.jsonl, so it replays: README "Concurrency"). Both
     # change results, and so does max_in_flight (the staleness of async retrievals; unused by
     # batch, but a result key all the same: one mark per key)
     schedule: Literal["batch", "async"] = "batch"
@@ -211,11 +229,15 @@ class RunnerSettings(BaseModel):
 
 
 class WandbSettings(BaseModel):
+    """`logger.wandb` (memrl.control.tracking): offline by default, the run written to
+    <run dir>/wandb/ (`wandb sync` uploads it later); online needs mode=online AND the key in
+    the variable named by api_key_env, else it stays offline and says so."""
+
     model_config = ConfigDict(extra="forbid")
     mode: Literal["offline", "online", "disabled"] = "offline"
     project: str = "memrl"
     entity: str | None = None
-    group: str | None = None
+    group: str | None = Field(None, description='e.g. a sweep name; null = "<env>/<memory>"')
     tags: list[str] = Field(default_factory=list)
     api_key_env: str = "WANDB_API_KEY"
 
@@ -233,5 +255,3 @@ class LoggerSettings(BaseModel):
 SECTION_SCHEMAS: dict[str, type[BaseModel]] = {
     "llm": LLMSettings, "embedder": EmbedderSettings, "agent": AgentSettings, "runner": RunnerSettings,
     "metrics": MetricsSettings, "logger": LoggerSettings, "paths": PathsSettings}
-
-

@@ -4,22 +4,34 @@ Each section is checked by a pydantic model; a bad value stops the run with one 
 problem, each naming the full key (e.g. `memory.lam: Input should be less than or equal to 1`).
 Env and memory sections name their class in `_target_`; the class carries its `Settings`.
 The agent must be one of the env's policies (`POLICIES`); whether it needs a model is the
-policy's `needs_llm`.
+policy's `needs_llm`. Every section is checked, `logger` and `paths` included, and a
+top-level key that is no section (`+runer.epochs=2`) is refused, all before a run writes
+anything (memrl.control.session.execute).
+
+A schema owns each default and the YAML leaves it out (memrl.config.sections), so the
+composed config holds only what was said. `full_config` is what a run records in its card
+and compares on resume: every section as validated, defaults included. `with_defaults`
+reads a config recorded before that (an older run card) the same way: a key it lacks holds
+its schema default.
 
 Importing this module registers the config resolver `memrl.paper_delta` (see `paper_delta`).
 """
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 from pydantic import BaseModel, ValidationError
+from pydantic_core import to_jsonable_python
 
+from memrl.config.frame import SECTIONS, TOP_LEVEL
 from memrl.config.sections import (
     SECTION_SCHEMAS,
     AgentSettings,
@@ -31,6 +43,7 @@ from memrl.config.sections import (
     RunnerSettings,
 )
 from memrl.core.errors import ConfigError
+from memrl.core.fields import _submodel
 
 if TYPE_CHECKING:
     from memrl.env.base import Policy
@@ -135,8 +148,9 @@ def validate(cfg: DictConfig) -> Validated:
         except ValidationError as exc:
             problems += _errors(section, exc)
     seed = cfg.get("seed", 0)
-    if not isinstance(seed, int) or seed < 0:
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         problems.append(f"seed: must be a non-negative integer (got {seed!r})")
+    problems += _unknown_top_level(cfg)
     policy = _policy(classes["env"], parsed.get("agent"), problems)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
@@ -144,6 +158,83 @@ def validate(cfg: DictConfig) -> Validated:
                      memory=parsed["memory"], llm=parsed["llm"], embedder=parsed["embedder"],
                      agent=parsed["agent"], runner=parsed["runner"], seed=seed, policy=policy,
                      metrics=parsed["metrics"], logger=parsed["logger"], paths=parsed["paths"])
+
+
+def _unknown_top_level(cfg: DictConfig) -> list[str]:
+    """A top-level key that is no section (`+foo=1`, `+runer.epochs=2`): a problem each."""
+    out = []
+    for key in cfg.keys():
+        key = str(key)
+        if key in TOP_LEVEL or key == "hydra":
+            continue
+        near = difflib.get_close_matches(key, TOP_LEVEL, n=1)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        out.append(f"{key}: not a key of the config (its keys: {', '.join(TOP_LEVEL)}){hint}")
+    return out
+
+
+# ------------------------------------------------------------------------------ full config
+def full_config(cfg: DictConfig, v: Validated | None = None) -> dict[str, Any]:
+    """The config a run records in its card and compares on resume: the composed config with
+    each section replaced by its validated settings, every default included (`_target_`
+    kept), so the card says every value the run used, whether the YAML stated it or left it
+    to the schema. `v`: the config's validation, if done already."""
+    v = validate(cfg) if v is None else v
+    config: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    config.pop("hydra", None)
+    for section in SECTIONS:
+        node = config.get(section)
+        settings: BaseModel = getattr(v, section)
+        dumped = settings.model_dump(mode="json")
+        target = node.get("_target_") if isinstance(node, dict) else None
+        config[section] = {"_target_": target, **dumped} if target else dumped
+    config["seed"] = v.seed
+    return config
+
+
+def with_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded config (a run card's) with every key it lacks set to its schema's default,
+    as `full_config` records it: a card written before the card held the full config reads
+    as the full config. Nothing is validated (the card may name paths of another machine); a
+    section whose schema is unknown here (a class that does not import) is left as it is."""
+    out = dict(config)
+    for section in SECTIONS:
+        node = out.get(section)
+        schema = _schema_of(section, node)
+        if schema is not None and (node is None or isinstance(node, Mapping)):
+            out[section] = _filled(schema, node or {})
+    return out
+
+
+def _schema_of(section: str, node: Any) -> type[BaseModel] | None:
+    if section in SECTION_SCHEMAS:
+        return SECTION_SCHEMAS[section]
+    target = node.get("_target_") if isinstance(node, Mapping) else None
+    return _target_schema(str(target)) if target else None
+
+
+@lru_cache(maxsize=None)
+def _target_schema(target: str) -> type[BaseModel] | None:
+    from memrl.config.keys import MOVED_TARGETS
+
+    try:
+        cls = get_class(MOVED_TARGETS.get(target, target))
+    except Exception:  # not installed here, or a class that no longer exists
+        return None
+    schema = getattr(cls, "Settings", None)
+    return schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None
+
+
+def _filled(schema: type[BaseModel], node: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(node)
+    for name, info in schema.model_fields.items():
+        sub = _submodel(info.annotation)
+        if name in out:
+            if sub is not None and isinstance(out[name], Mapping):
+                out[name] = _filled(sub, out[name])
+        elif not info.is_required():
+            out[name] = to_jsonable_python(info.get_default(call_default_factory=True))
+    return out
 
 
 def _policy(env_cls: type | None, agent: AgentSettings | None, problems: list[str]) -> "type[Policy] | None":

@@ -16,22 +16,10 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, TextIO
+from typing import Any, Iterable, Mapping
 
 from memrl.control.guards import counts_against_error_rate, writer_failed
-
-
-def progress_enabled(setting: bool | str, stream: TextIO | None = None) -> bool:
-    """Whether to draw the bar: `auto` means only on a terminal."""
-    if setting == "auto":
-        stream = stream if stream is not None else sys.stderr
-        try:
-            return bool(stream.isatty())
-        except (AttributeError, ValueError):
-            return False
-    return bool(setting)
 
 
 def human(n: float) -> str:

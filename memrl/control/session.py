@@ -1,8 +1,10 @@
 """Hydra entry point: `memrl run env=alfworld memory=memrl llm=local ...` (or
 `python -m memrl.cli run ...`).
 
-Wiring only: lock the run directory (memrl.core.lock), validate the composed config
-(memrl.config.validate), check it against an existing run card and keep the card (memrl.journal.runcard),
+Wiring only: validate every section of the composed config (memrl.config.validate; a bad key
+anywhere is `memrl: ...`, exit 2, before the run directory holds a file), lock the run
+directory (memrl.core.lock), check the full config (every default included:
+`memrl.config.validate.full_config`) against an existing run card and keep the card (memrl.journal.runcard),
 build the objects (memrl.control.wiring), hand them to the Runner (memrl.control.runner) with the session's
 stop rules (memrl.control.guards: model preflight, error rate, budget, signals), write the metrics
 (memrl.metrics.compute). Re-running the same command on an unfinished run directory continues it;
@@ -29,7 +31,7 @@ from typing import Any, Iterator
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from memrl.config.validate import validate
+from memrl.config.validate import full_config, validate
 from memrl.control.guards import Gate, StopSignals
 from memrl.core.errors import ConfigError
 from memrl.core.rundir import RunDir
@@ -80,9 +82,8 @@ def execute(cfg: DictConfig, run_dir: Path | RunDir) -> dict[str, Any]:
     """Run (or resume) one experiment in run_dir; returns the final metrics."""
     from memrl.core.lock import RunLock
 
-    v = validate(cfg)
-    config = OmegaConf.to_container(cfg, resolve=True)
-    config.pop("hydra", None)
+    v = validate(cfg)  # every section, before the run directory or its lock is touched
+    config = full_config(cfg, v)  # what the card records and a resume compares
     rd = RunDir(run_dir).mkdir()
     with RunLock(rd.lock, run_dir=rd.root):  # before anything reads the run's state
         card = RunCard.resume(rd, config)  # before any object is built or model called
@@ -131,7 +132,7 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
                          *(objs.eval_env.data_skipped() if objs.eval_env is not None else [])])
     session = card.start_session(sys.argv[1:])
     session["sandbox"] = objs.env.sandbox_facts()  # caps held / missing (memrl/env/base.py)
-    logger = make_epoch_logger(cfg.get("logger"), run_dir=rd.root, config=config)
+    logger = make_epoch_logger(v.logger, run_dir=rd.root, config=config)
     zero_fail = v.metrics.forgetting_zero_fail  # how metrics.json reads an epoch with no failure
     budget = Budget(usd=v.llm.budget_usd, tokens=v.llm.budget_tokens)
     billed = [objs.embedder] if callable(getattr(objs.embedder, "totals", None)) else []

@@ -7,12 +7,12 @@ from the run's bank-update log, memrl.banklog) and of the injected memories' Q
 (`injected/q`); and the epoch's episodes as a table (`episodes`: task, outcome, steps,
 reward, tokens, cost, injected and written memory ids). When the run ends it builds this
 run's report (memrl.report, into `<run_dir>/report/`) and logs its tables and figures, with
-the per-run plots, as one artifact (type `report`). Offline by default: the wandb run is written inside the run directory
-(``<run_dir>/wandb/``, i.e. WANDB_DIR = the run directory) and can be uploaded later with
-``wandb sync``. ``logger.wandb.mode=online`` goes online only when the API key is in the
-environment variable named by ``logger.wandb.api_key_env`` (WANDB_API_KEY); without it the
-run stays offline and says so. The wandb run id is kept in ``<run_dir>/wandb_run_id.txt`` so
-a resumed run continues the same wandb run.
+the per-run plots, as one artifact (type `report`). Offline by default: the wandb run is
+written inside the run directory (``<run_dir>/wandb/``, i.e. WANDB_DIR = the run directory)
+and can be uploaded later with ``wandb sync``. ``logger.wandb.mode=online`` goes online only
+when the API key is in the environment variable named by ``logger.wandb.api_key_env``
+(WANDB_API_KEY); without it the run stays offline and says so. The wandb run id is kept in
+``<run_dir>/wandb_run_id.txt`` so a resumed run continues the same wandb run.
 
 wandb is an optional extra (``pip install -e ".[wandb]"``) and is imported only when used.
 """
@@ -33,8 +33,11 @@ from memrl.core.rundir import RunDir
 log = logging.getLogger("memrl.control.tracking")
 
 
-def parse_settings(cfg: Mapping[str, Any] | None) -> LoggerSettings:
-    """Validate the `logger` config section; a bad key raises ValueError naming it."""
+def parse_settings(cfg: LoggerSettings | Mapping[str, Any] | None) -> LoggerSettings:
+    """The `logger` section's settings: as validated already (a run validates every section
+    first, memrl.config.validate), or validated here; a bad key raises ValueError naming it."""
+    if isinstance(cfg, LoggerSettings):
+        return cfg
     if cfg is None:
         return LoggerSettings()
     from omegaconf import DictConfig, OmegaConf
@@ -200,9 +203,10 @@ def resolve_mode(settings: WandbSettings) -> str:
     return settings.mode
 
 
-def make_epoch_logger(cfg: Mapping[str, Any] | None, *, run_dir: str | Path,
+def make_epoch_logger(cfg: LoggerSettings | Mapping[str, Any] | None, *, run_dir: str | Path,
                       config: Mapping[str, Any], wandb_module: Any = None) -> EpochLogger:
-    """The logger selected by the `logger` config section (None or name=none: no-op)."""
+    """The logger the `logger` section selects (None or name=none: no-op); a run hands it
+    the validated `LoggerSettings` (memrl.control.session)."""
     s = parse_settings(cfg)
     if s.name == "none" or s.wandb.mode == "disabled":
         return EpochLogger()

@@ -39,10 +39,10 @@ def eval_settings(v: Validated) -> EnvSettings:
 
 
 def build(v: Validated, run_dir: Path) -> Built:
-    embedder = build_embedder(v.embedder.model_dump())
+    embedder = build_embedder(v.embedder)
     memory = v.memory_cls.build(v.memory, run_dir=run_dir, embedder=embedder)
     env = v.env_cls(v.env, agent=v.agent.name)
-    llm = build_client(v.llm.model_dump()) if (v.policy.needs_llm or memory.needs_llm) else None
+    llm = build_client(v.llm) if (v.policy.needs_llm or memory.needs_llm) else None
     memory.attach_llm(llm)
     eval_env = None
     if v.runner.mode == "transfer":

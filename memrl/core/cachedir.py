@@ -44,6 +44,9 @@ LLM_CACHE = "llm.sqlite"
 EMBEDDING_CACHE = "embeddings.sqlite"
 MODELS_DIR = "models"
 DB_DIR = "mariadb"
+# the managed server's pid file in its folder (memrl_envs.lifelong_db.server writes it): how
+# `memrl cache clear mariadb` sees a server still running there
+DB_PID_FILE = "mysqld.pid"
 OLD_CACHE_DIR = Path("runs") / ".cache"  # where caches lived before (relative to the checkout)
 
 
@@ -183,6 +186,15 @@ def human(n: int) -> str:
 
 class CacheError(ValueError):
     """A clear request that cannot be honoured (unknown target, a live server)."""
+
+
+def db_server_live(path: Path) -> bool:
+    """A server may be using the folder: its pid file names a live process."""
+    try:
+        text = (Path(path) / DB_PID_FILE).read_text().strip()
+    except OSError:
+        return False
+    return text.isdigit() and Path(f"/proc/{text}").exists()
 
 
 def clear(target: str, root: Path | None = None,

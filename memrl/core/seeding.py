@@ -4,17 +4,10 @@ salted `hash`), so a run is repeatable across processes and machines."""
 from __future__ import annotations
 
 import hashlib
-import random
 
-import numpy as np
 
 
 def derive_seed(*parts: object) -> int:
     """A 31-bit seed from any parts, stable across processes."""
     digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)

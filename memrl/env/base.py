@@ -112,6 +112,15 @@ class Env(ABC):
             raise ValueError(f"the {self.name} agent {self.agent!r} needs an LLM")
         return self.policy_cls(self.s, llm, memories)
 
+    @classmethod
+    def replay_prompts(cls, settings: EnvSettings, episode: Mapping[str, Any], memory: RetrievedMemory,
+                       llm: Any = None) -> list[str]:
+        """The prompts a model sees, one per step, when it follows `episode` (a record of this
+        env's, e.g. a teacher's) step by step with `memory` injected: the demo's check of the
+        embedded model's prefix reuse on real prompts (memrl.demo.bench). An env that has no
+        step-by-step episodes does not offer it."""
+        raise NotImplementedError(f"env {cls.name!r} does not replay episodes as prompts")
+
     def tasks(self) -> list[Task]:
         """The tasks of the configured split, in a stable order, identical every epoch
         (listed once, on first use; thread-safe)."""

@@ -24,7 +24,7 @@ checkpoint names the last one). The log and the records together are the run's s
   memories (the response cache makes the replay free and identical), so a resumed run never
   retrieves twice for one episode;
 - `runner.replay_from=<run dir>` plays a finished async run again from its log and its
-  commit order, and checks each retrieval against the log (`memrl.control.runner`).
+  commit order, and checks each retrieval against the log (`memrl.control.async_schedule`).
 """
 
 from __future__ import annotations

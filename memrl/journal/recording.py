@@ -10,8 +10,8 @@
   before the bank is touched and kept in the batch's journal, so a commit that is
   replayed after a crash appends exactly what the first attempt would have, once.
 
-The commit protocol itself (journal, bank, records, logs, checkpoint) is the runner's
-(`Runner._commit`); this module only builds what it writes.
+The commit protocol itself (journal, bank, records, logs, checkpoint) is
+`memrl.journal.commit.RunJournal`'s; this module only builds what it writes.
 """
 
 from __future__ import annotations

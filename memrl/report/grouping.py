@@ -55,10 +55,12 @@ def _ignored(key: str, ignored: frozenset[str]) -> bool:
 
 def comparable_config(config: dict[str, Any]) -> dict[str, Any]:
     """A run's config without the keys its section's schema has retired (an older run card
-    may still hold them)."""
+    may still hold them), a key it lacks holding its schema's default (an older card lacks
+    what its YAML left out: memrl.config.validate.with_defaults)."""
     from memrl.config.keys import retired, without
+    from memrl.config.validate import with_defaults
 
-    return without(config, retired(config))
+    return without(with_defaults(config), retired(config))
 
 
 def _hashable(v: Any) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from memrl.core.records import EpisodeResult, RetrievedMemory, Step, Task
 from memrl.env.base import Env, Policy
@@ -251,6 +251,25 @@ class AlfworldEnv(Env):
 
     def data_skipped(self) -> list[dict[str, str]]:
         return list(self._skipped)
+
+    @classmethod
+    def replay_prompts(cls, settings: AlfworldSettings, episode: Mapping[str, Any], memory: RetrievedMemory,
+                       llm: Any = None) -> list[str]:
+        """The text-layout prompt at each step of `episode` (the instruction and demonstration of
+        its task type, `memory` shown as configured, the history so far): what a student copying
+        that episode sees (memrl.demo.bench)."""
+        from memrl_envs.alfworld.prompts import INSTRUCTIONS
+
+        s = settings
+        demos = load_demonstrations(s.prompts_file or default_prompts_file(Path(s.data_root)))
+        style = resolve_style(s.demo_style, llm)
+        info = episode.get("info") or {}
+        task_type = info.get("task_type") or catalog.TASK_TYPES[catalog.task_family(episode["task_id"])]
+        shown = select_demonstrations(demos, task_type, s.demo_index, s.num_demos, style=style)
+        steps = [Step(**x) for x in episode.get("transcript") or []]
+        return [build_prompt(shown, [memory], info["initial_observation"], steps[:t],
+                             instruction=INSTRUCTIONS[style], memory_format=s.memory_format)
+                for t in range(len(steps))]
 
     def model_probes(self, task: Task, llm: "EpisodeLLM") -> list[ModelProbe]:
         """The first step of `task` as the agent asks it (memrl.control.preflight)."""

@@ -18,8 +18,10 @@ class AlfworldSettings(EnvSettings):
     name: str = "alfworld"
     data_root: str | None = data_location(None, description="ALFWorld data folder ($ALFWORLD_DATA)")
     split: Literal[SPLITS] = "valid_train"
-    max_steps: int = Field(30, ge=1, description="actions per episode (think: actions count)")
-    prompts_file: str | None = None
+    max_steps: int = Field(30, ge=1, description="actions per episode (think: actions count); 30 is "
+                           "the paper's code")
+    prompts_file: str | None = Field(None, description="ReAct few-shot file; null = "
+                                     "<data_root>/react_alfworld_3prompts.json")
     demo_index: int = Field(0, ge=0)
     num_demos: int = Field(1, ge=0)
     # auto: act-only demonstrations for the embedded models, ReAct for the others

@@ -22,17 +22,19 @@ class BigCodeBenchSettings(EnvSettings):
     data_path: str | None = data_location(None, description="local JSONL; null = the Hugging Face hub")
     version: str = Field("v0.1.4", description="hub split name (the dataset version)")
     split: Literal["instruct", "complete"] = "instruct"
-    subset: Literal["full", "hard"] = "hard"
+    subset: Literal["full", "hard"] = Field("hard", description="hard (148 tasks) | full (1,140)")
     # train/validation division (7:3 by seed 42, as in the paper), kept in a split file
     part: Literal["train", "validation", "all"] = "train"
     split_seed: int = Field(42, ge=0)
     train_ratio: float = Field(0.7, gt=0.0, lt=1.0)
-    split_file: str | None = data_location(None, description="JSON split file; null = one in cache_dir")
+    split_file: str | None = data_location(None, description="JSON split file; null = <cache_dir>/"
+                                           "bigcodebench/splits/<subset>-<n>tasks-<ids>-seed<split_seed>-r<train_ratio>-strsort.json")
     max_steps: int = Field(1, ge=1, description="accepted for debug presets; an episode is one attempt")
     max_tokens: int = Field(1280, ge=1, description="tokens of the code reply (bigcodebench's default)")
     # execution (bigcodebench's checker inside the sandbox)
     time_limit_s: float = Field(240.0, gt=0, description="per-task test time (the benchmark's 240 s)")
-    memory_mb: int = Field(4096, ge=256, description="address-space limit of each process in the sandbox")
+    memory_mb: int = Field(4096, ge=256, description="address-space limit of each process in the sandbox "
+                           "(the checker's own limit is set to match)")
     nproc: int = Field(256, ge=8, description="processes+threads the sandbox may hold (its pids cgroup)")
     sandbox_memory_mb: int | None = Field(4096, ge=256, description="memory cgroup of one whole sandbox "
                                           "(its tmpfs folders count); null = no cap")

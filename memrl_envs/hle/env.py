@@ -95,7 +95,7 @@ def _build_judge(judge: Any) -> Judge:
     settings = judge if isinstance(judge, JudgeSettings) else JudgeSettings.model_validate(dict(judge or {}))
     from memrl.llm.factory import build_client
 
-    return Judge(build_client(settings.client_config(), section="env.judge"), examples=settings.n_examples(),
+    return Judge(build_client(settings, section="env.judge"), examples=settings.n_examples(),
                  json_mode=settings.json_mode, max_tokens=settings.max_tokens,
                  verdict_rule=settings.verdict_rule)
 
@@ -249,8 +249,3 @@ def memory_trajectory(question: str, reply: str) -> str:
     """The episode as the official code gives it to its memory writer (memrl/run/hle_runner.py
     `_evaluate_row`): the question, then the solver's whole reply."""
     return f"QUESTION\n{question}\n\nSOLUTION\n{reply.strip()}\n"
-
-
-def judge_from_settings(settings: JudgeSettings | Mapping[str, Any]) -> Judge:
-    """A `Judge` built the way the env builds it from its config section."""
-    return _build_judge(settings)

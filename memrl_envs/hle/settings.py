@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -12,18 +12,15 @@ from memrl.config.sections import ModelSettings
 from memrl.core.fields import data_location, no_effect
 from memrl.env.base import EnvSettings
 
-# Fields of the judge section that go to `memrl.llm.factory.build_client` as they are: every
-# field of a model section but its name (derived, so a new model setting reaches the judge)
-CLIENT_FIELDS = tuple(f for f in ModelSettings.model_fields if f != "name")
-
 
 class JudgeSettings(ModelSettings):
     """The model that grades answers: its own backend, model, key and base URL.
 
     `examples`: worked verdicts shown before the one asked for (a base model such as the
     embedded one needs them to answer in the format); null = 2 for `local`, 0 otherwise.
-    `json_mode`: ask API models for a JSON object through the provider's JSON mode (memrl's
-    verdict rule only: the official rule's prompt asks for "field: value" lines).
+    `json_mode`: ask API models for a JSON object through the provider's JSON mode, where the
+    provider has one (memrl's verdict rule only: the official rule's prompt asks for
+    "field: value" lines).
     `verdict_rule` (memrl_envs/hle/judge.py): "memrl" asks for a JSON verdict and records a judge
     that gives none (failed call, unreadable reply) as `judge_error`; "official" asks for
     `field: value` lines, reads them as the official runner does (memrl/run/hle_runner.py
@@ -45,11 +42,6 @@ class JudgeSettings(ModelSettings):
             raise ValueError("model: a litellm judge needs a model (e.g. openai/o3-mini)")
         return self
 
-    def client_config(self) -> dict[str, Any]:
-        """The part of this section `build_client` reads."""
-        data = self.model_dump()
-        return {k: data[k] for k in CLIENT_FIELDS}
-
     def n_examples(self) -> int:
         if self.examples is not None:
             return self.examples
@@ -59,6 +51,10 @@ class JudgeSettings(ModelSettings):
 class HLESettings(EnvSettings):
     """Where the questions come from, which of them to keep, and how episodes are graded.
 
+    Which questions: `categories`, `modality`, `ratio` (per category), `subset_size` and
+    `split` are applied in this order; each pick is a fixed hash of `subset_seed` and the
+    question's id. `split` train | valid: `valid_fraction` of the questions, by hash.
+    `max_tasks`: the first N after the filters (and the order).
     `order`: "dataset" (the source's row order) or "official" (grouped by category, each
     group shuffled by `numpy.random.RandomState(order_seed)`; memrl_envs/hle/data.py).
     `memory_format`: "memrl" (the memories in the user message, clipped to
@@ -74,10 +70,10 @@ class HLESettings(EnvSettings):
     hf_split: str = "test"
     hf_revision: str | None = None
     hf_token_env: str = no_effect("HF_TOKEN")
-    categories: list[str] | None = None
+    categories: list[str] | None = Field(None, description="e.g. [Math, Physics]; null = all")
     modality: Literal["all", "text", "image"] = "all"
     ratio: float | None = Field(None, gt=0.0, le=1.0, description="fraction kept per category")
-    subset_size: int | None = Field(None, ge=1)
+    subset_size: int | None = Field(None, ge=1, description="N questions; null = all")
     subset_seed: int = Field(0, ge=0)
     split: Literal["all", "train", "valid"] = "all"
     valid_fraction: float = Field(0.2, gt=0.0, lt=1.0)
@@ -85,7 +81,8 @@ class HLESettings(EnvSettings):
     order_seed: int = Field(42, ge=0, description="order=official: the per-category shuffle's seed")
     max_steps: int = Field(1, ge=1, description="accepted for debug presets; episodes are one answer")
     max_tokens: int | None = Field(None, ge=1, description="solver tokens; null = the llm's max_tokens")
-    memory_max_chars: int = Field(4000, ge=200)
+    memory_max_chars: int = Field(4000, ge=200, description="each injected memory is clipped to this "
+                                  "(memory_format memrl)")
     memory_format: Literal["memrl", "official"] = "memrl"
     judge: JudgeSettings = Field(default_factory=lambda: JudgeSettings(model="openai/o3-mini"))
 

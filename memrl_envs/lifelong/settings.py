@@ -21,8 +21,10 @@ class LifelongTaskSettings(EnvSettings):
 
     data_path: str = data_location(description="the task file (JSON keyed by sample index) or hf://<repo>[/<config>]")
     hub_split: str = "train"
-    split: Literal["all", "train", "validation"] = "all"
-    split_file: str | None = data_location(None)
+    split: Literal["all", "train", "validation"] = Field("all", description=(
+        "all | train | validation (train / validation: the division in split_file)"))
+    split_file: str | None = data_location(None, description=(
+        "null = <cache_dir>/lifelong_splits/<data>.val<val_fraction>.seed<split_seed>.json"))
     # The official task set (MemTensor/MemRL @ 7c3beba, configs/rl_llb_config.yaml split_file:
     # train and validation merged, 500 tasks, played as one training stream)
     val_path: str | None = data_location(None, description=(
@@ -38,7 +40,7 @@ class LifelongTaskSettings(EnvSettings):
     memory_format: Literal["memrl", "official"] = "memrl"
     val_fraction: float = Field(0.3, gt=0.0, lt=1.0)
     split_seed: int = 0
-    max_steps: int = Field(15, ge=1, description="turns per episode")
+    max_steps: int = Field(15, ge=1, description="turns per episode (the paper's code: 15)")
     cache_dir: str | None = no_effect(None, description="where split files are kept by default")
 
     @model_validator(mode="after")

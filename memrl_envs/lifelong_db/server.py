@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from memrl.core.cachedir import DB_PID_FILE
 from memrl.core.lock import pid_alive
 
 # MySQL 8.0's default sql_mode; MariaDB accepts every one of these flags.
@@ -52,7 +53,7 @@ MYSQL8_SQL_MODE = ("ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZE
 DB_PREFIX = "llb_"  # episode databases and accounts are named DB_PREFIX + 12 hex digits
 _EPISODE_NAME = re.compile(DB_PREFIX + r"[0-9a-f]{12}")
 SOCKET_NAME = "mysqld.sock"
-PID_NAME = "mysqld.pid"
+PID_NAME = DB_PID_FILE  # memrl.core.cachedir: `memrl cache clear` reads it too
 LOG_NAME = "error.log"
 DATA_NAME = "data"
 INFO_NAME = "server.json"  # what `up` started: port, socket, binary (read by `status`)

@@ -18,7 +18,10 @@ class LifelongDbSettings(LifelongTaskSettings):
     VAL_FILE = "db_val.json"
 
     name: str = "lifelong_db"
-    # the server
+    # the server. managed: a private MariaDB in server_dir, started on first use (or joined
+    # when `make db-up` / another run already started it) and stopped when its last user
+    # closes. external: any MySQL 8 / MariaDB at host:port (or socket); the password is read
+    # from the environment variable named by password_env (never written in a config).
     server: Literal["managed", "external"] = "managed"
     # where the server is and its data lives (each episode creates its own database)
     server_dir: str | None = no_effect(None)

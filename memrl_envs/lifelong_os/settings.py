@@ -20,16 +20,18 @@ class LifelongOsSettings(LifelongTaskSettings):
     rootfs_dir: str | None = no_effect(None, description="cache folder of root file systems (null: "
                                    "$MEMRL_ROOTFS_DIR, $MEMRL_CACHE_DIR/rootfs or ~/.cache/memrl/rootfs)")
     build_rootfs: bool = no_effect(False, description="build the root file system on first use when missing")
-    scratch_dir: str | None = no_effect(None)
+    scratch_dir: str | None = no_effect(None, description="where per-episode mount points are made; "
+                                        "null = the system temp folder")
     upper_size_mb: int = Field(1024, ge=16, description="room for what one episode writes (tmpfs)")
     pids_max: int = Field(1024, ge=0, description="processes of one episode's commands (pids cgroup); 0 = no cap")
     memory_mb: int | None = Field(2048, ge=64, description="memory cgroup of one whole episode (its tmpfs "
                                   "upper layer counts); null = no cap")
     max_parallel: int | None = no_effect(None, ge=1, description="episode sandboxes at once; null = as many as "
                                          "fit the machine at the caps")
-    workdir: str = "/"
+    workdir: str = Field("/", description="where every command starts")
     # the episode
-    command_timeout_s: float = Field(20.0, gt=0)
+    command_timeout_s: float = Field(20.0, gt=0, description="per command, set-up and check included "
+                                     "(the benchmark's)")
     observation_max_chars: int = Field(2000, ge=100)
     # the prompt
     with_example: bool = True

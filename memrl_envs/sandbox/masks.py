@@ -20,7 +20,7 @@ kernel has are listed (bubblewrap cannot mount over a missing /proc entry). With
 CAP_SYS_ADMIN inside, nothing can be unmounted or remounted writable again.
 
 The sandboxes mount no /sys at all (neither the host-root nor the root-file-system mode needs
-it), which is stricter than a read-only /sys; `SYS_MASKED` applies if one is ever bound.
+it), which is stricter than a read-only /sys.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ PROC_MASKED = (
     "/proc/mtrr", "/proc/kpagecount", "/proc/kpageflags", "/proc/kpagecgroup",
 )
 PROC_READONLY = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
-SYS_MASKED = ("/sys/firmware", "/sys/devices/virtual/tpm", "/sys/devices/virtual/powercap")
 
 _MASK_TMPFS_BYTES = 4096
 
@@ -56,14 +55,6 @@ def proc_mask_args() -> list[str]:
             args += ["--dev-bind", "/dev/null", path]  # reads as empty, writes vanish (as runc does)
     for path in _present(PROC_READONLY):
         args += ["--ro-bind", path, path]
-    return args
-
-
-def sys_mask_args() -> list[str]:
-    """bubblewrap arguments, to follow a read-only bind of `/sys` (none of the modes makes one)."""
-    args: list[str] = []
-    for path in _present(SYS_MASKED):
-        args += ["--size", str(_MASK_TMPFS_BYTES), "--perms", "0555", "--tmpfs", path, "--remount-ro", path]
     return args
 
 

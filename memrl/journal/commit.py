@@ -1,0 +1,186 @@
+"""The commit protocol of one run directory (docs/design.md §8): `RunJournal` commits a batch,
+brings the directory back to its last commit on start, and keeps the transfer evaluation's
+records and checkpoint; `Checkpoint` is what a commit leaves.
+
+Commit protocol for one batch (paths named by `memrl.core.rundir.RunDir`):
+  1. state/journal.json    <- the planned bank update, the batch's records and what the
+                             commit logs (its bank-update line, the texts it names) (atomic)
+  2. bank/                 <- apply the update (idempotent: absolute values)
+  3. memories.jsonl        <- the texts the records name (content-addressed: idempotent)
+  4. episodes.jsonl        <- append the records (fsync)
+  5. bank_updates.jsonl    <- append the batch's line: Q before -> after, added, removed (fsync)
+  6. state/checkpoint.json <- (epoch, batch) committed and the bank's entry count (atomic
+                             write); then the journal becomes state/last_commit.json.
+On start (`RunJournal.recover`, with the checks of memrl.journal.recovery): episode lines
+beyond the checkpoint (a torn append) are dropped, a committed last batch that lost records
+is restored from its copy, the bank's entry count is checked against the checkpoint's,
+bank-update lines beyond the checkpoint are dropped, and a journal newer than the checkpoint
+is re-applied, so a replayed commit appends each line exactly once. A batch that never
+reached its journal is replayed; the response cache makes that replay free and identical.
+What the records and the logs hold is built by memrl.journal.recording.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from memrl.core.records import Task, append_jsonl, rewrite_jsonl, write_json_atomic
+from memrl.core.rundir import RunDir
+from memrl.core.storage import writing
+from memrl.journal import recovery
+from memrl.journal.recording import CommitLog
+from memrl.memory.entry import BankUpdate
+
+if TYPE_CHECKING:
+    from memrl.memory.base import MemoryModule
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Checkpoint:
+    epoch: int = 1
+    batch: int = -1  # last committed batch of `epoch`; -1 = none yet
+    bank_entries: int | None = None  # the bank's entry count after that commit (None: unknown)
+
+    def after(self, epoch: int, batch: int) -> bool:
+        """True if (epoch, batch) is already committed."""
+        return (epoch, batch) <= (self.epoch, self.batch)
+
+    @property
+    def last(self) -> tuple[int, int]:
+        return (self.epoch, self.batch)
+
+    @property
+    def any_committed(self) -> bool:
+        return self.batch >= 0 or self.epoch > 1
+
+
+def _lines(records: Sequence[dict]) -> list[str]:
+    return [json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records]
+
+
+class RunJournal:
+    """The journal, checkpoints and committed records of one run directory; it reaches the
+    memory module only through `apply` and `entry_count` (and the bank-update line's reads,
+    `CommitLog.prepare`)."""
+
+    def __init__(self, run_dir: str | Path | RunDir, memory: "MemoryModule") -> None:
+        self.rd = RunDir(run_dir)
+        self.memory = memory
+        self.commit_log = CommitLog(self.rd)
+
+    # ------------------------------------------------------------------ training
+    def load_checkpoint(self) -> Checkpoint:
+        d = recovery.read_state(self.rd.checkpoint, "the checkpoint", recovery.CHECKPOINT_FIX)
+        if d is None:
+            return Checkpoint()
+        entries = d.get("bank_entries")
+        return Checkpoint(epoch=int(d["epoch"]), batch=int(d["batch"]),
+                          bank_entries=None if entries is None else int(entries))
+
+    def _write_episodes(self, records: list[dict]) -> None:
+        """Replace episodes.jsonl by `records` (atomic: a temp file, fsync, rename)."""
+        with writing(self.rd.episodes, "the episode records"):
+            rewrite_jsonl(self.rd.episodes, records)
+
+    def recover(self, batches: Sequence[Sequence[Task]] | None = None, n_tasks: int | None = None, *,
+                asynchronous: bool = False) -> Checkpoint:
+        """Bring the run directory to its last commit (module doc): records of committed
+        batches only (the last one restored from its copy if a torn append cut it), the bank
+        checked against the checkpoint, a newer journal re-applied. `batches` (batch
+        schedule) or `n_tasks` (`asynchronous`: commits of one episode) say which cells are
+        committed. Refuses (RunRefused) a state it cannot trust, before changing anything."""
+        ckpt = self.load_checkpoint()
+        journal = recovery.read_state(self.rd.journal, "the commit journal", recovery.JOURNAL_FIX)
+        last_copy = recovery.read_state(self.rd.last_commit, "the last commit's copy",
+                                        recovery.LAST_COMMIT_FIX)
+        pending = journal is not None and not ckpt.after(journal["epoch"], journal["batch"])
+        if journal is not None and not pending:  # committed; its rename to last_commit was cut
+            last_copy = journal
+        episodes = self.rd.episodes
+        records = recovery.read_records(episodes) if episodes.exists() else []
+        if batches is not None or n_tasks is not None:
+            if asynchronous:
+                cells = recovery.async_cells(records, last_copy, ckpt.last if ckpt.any_committed else None,
+                                             n_tasks or sum(map(len, batches or [])))
+            else:
+                cells = recovery.committed_cells(ckpt.after, batches, max(ckpt.epoch, 1))
+            keep, restored = recovery.repair_records(episodes, records, cells,
+                                                     ckpt.last if ckpt.any_committed else None, last_copy)
+        else:
+            keep = [r for r in records if ckpt.after(int(r["epoch"]), int(r["batch"]))]
+            restored = 0
+        update = BankUpdate.from_dict(journal["update"]) if pending else None
+        recovery.check_bank(self.memory.entry_count(), ckpt.bank_entries, where=self.rd.bank,
+                            last=ckpt.last, low=len(update.delete) if update else 0,
+                            high=len(update.add) if update else 0)
+        if restored or episodes.exists():  # also drops a torn last line
+            self._write_episodes(keep)
+        with writing(self.rd.bank_updates, "the bank-update log"):
+            self.commit_log.truncate(ckpt.after)
+        if pending:
+            log.info("recovering batch %s of epoch %s from its journal", journal["batch"], journal["epoch"])
+            self.commit(journal["epoch"], journal["batch"], update, journal["records"],
+                        extras=journal.get("extras"), journal_written=True)
+            return self.load_checkpoint()
+        if journal is not None:
+            with writing(self.rd.last_commit, "the last commit's copy"):
+                os.replace(self.rd.journal, self.rd.last_commit)
+        return ckpt
+
+    def commit(self, epoch: int, batch: int, update: BankUpdate, records: list[dict],
+               texts: dict[str, dict[str, str]] | None = None, *,
+               extras: dict[str, Any] | None = None, journal_written: bool = False) -> None:
+        """Commit one batch (the protocol above). `texts`: the injected memories' texts the
+        records name; `extras` (recovery): what the journal says the commit logs."""
+        rd = self.rd
+        if not journal_written:
+            extras = self.commit_log.prepare(epoch, batch, update, self.memory, texts or {},
+                                             first=not rd.checkpoint.exists())
+            with writing(rd.journal, "the commit journal"):
+                write_json_atomic(rd.journal, {"epoch": epoch, "batch": batch, "update": update.to_dict(),
+                                               "records": records, "extras": extras})
+        with writing(rd.bank, "the memory bank", any_error=True):
+            self.memory.apply(update)
+        with writing(rd.memories, "the memory texts"):
+            self.commit_log.write_texts(extras)
+        with writing(rd.episodes, "the episode records"):
+            append_jsonl(rd.episodes, _lines(records))
+        with writing(rd.bank_updates, "the bank-update log"):
+            self.commit_log.write_bank_update(extras)
+        with writing(rd.checkpoint, "the checkpoint"):
+            write_json_atomic(rd.checkpoint, {"epoch": epoch, "batch": batch,
+                                              "bank_entries": self.memory.entry_count()})
+        with writing(rd.last_commit, "the last commit's copy"):
+            os.replace(rd.journal, rd.last_commit)
+
+    # ------------------------------------------------------------ transfer eval
+    def recover_eval(self) -> Checkpoint:
+        """The evaluation's checkpoint, its records cut back to it (the evaluation changes no
+        bank, so a batch past it is simply played again)."""
+        path = self.rd.eval_episodes
+        d = recovery.read_state(self.rd.eval_checkpoint, "the evaluation checkpoint", recovery.CHECKPOINT_FIX)
+        ckpt = Checkpoint(epoch=int(d["epoch"]), batch=int(d["batch"])) if d else Checkpoint()
+        if path.exists():
+            keep = [r for r in recovery.read_records(path) if ckpt.after(int(r["epoch"]), int(r["batch"]))]
+            with writing(path, "the evaluation records"):
+                rewrite_jsonl(path, keep)
+        return ckpt
+
+    def commit_eval(self, epoch: int, batch: int, records: list[dict],
+                    texts: dict[str, dict[str, str]]) -> None:
+        """Commit one evaluation batch: the texts its records name, the records, the
+        evaluation checkpoint."""
+        rd = self.rd
+        with writing(rd.memories, "the memory texts"):
+            self.commit_log.write_texts({"texts": texts})
+        with writing(rd.eval_episodes, "the evaluation records"):
+            append_jsonl(rd.eval_episodes, _lines(records))
+        with writing(rd.eval_checkpoint, "the evaluation checkpoint"):
+            write_json_atomic(rd.eval_checkpoint, {"epoch": epoch, "batch": batch})
