@@ -25,7 +25,7 @@ Update (what a finished episode changes):
 - `validation`   only successful episodes add theirs.
 - `adjustment`   successes add theirs; a failed episode revises the memories it used: the
                  model rewrites each one's procedure in light of the failed attempt
-                 (`digest`, worker thread), and `plan` turns that into the memory's new
+                 (`digest`, worker thread), and `plan_update` turns that into the memory's new
                  absolute experience text (`set_fields {id: {"experience": ...}}`; the id,
                  key and provenance stay). When several failures of one batch revise the
                  same memory, the last in task order wins (with batch size 1 there is only
@@ -373,7 +373,7 @@ class MemPMemory(BankedMemory):
         return out
 
     # ------------------------------------------------------------------- plan
-    def plan(self, items: list[LearnItem]) -> BankUpdate:
+    def plan_update(self, items: list[LearnItem]) -> BankUpdate:
         update = BankUpdate()
         used = sorted({m.memory_id for it in items for m in it.injected})
         current = self.bank.get(used)
@@ -433,11 +433,3 @@ class MemPMemory(BankedMemory):
             key = np.asarray(super()._entry_key(it)[1], dtype=np.float32)
         return it.task.intent, [float(v) for v in key]
 
-    def snapshot(self) -> list[dict[str, Any]]:
-        """The bank, with each memory's hits, successes and revision count."""
-        return [{"id": e.memory_id, "intent": e.intent, "experience": e.experience,
-                 "success": e.success, "kind": e.kind, "hits": e.visits,
-                 "successes": int(e.extra.get("successes", 0)),
-                 "revisions": int(e.extra.get("revisions", 0)),
-                 "keywords": e.extra.get("keywords")}
-                for e in self.bank.iter_entries()]

@@ -20,5 +20,5 @@ class NoMemory(MemoryModule):
     def __init__(self, settings: NoMemorySettings | None = None) -> None:
         self.settings = settings or NoMemorySettings()
 
-    def plan(self, items: list[LearnItem]) -> BankUpdate:
+    def plan_update(self, items: list[LearnItem]) -> BankUpdate:
         return BankUpdate()

@@ -41,5 +41,5 @@ class PassAtK(MemoryModule):
     def __init__(self, settings: PassAtKSettings | None = None) -> None:
         self.settings = settings or PassAtKSettings()
 
-    def plan(self, items: list[LearnItem]) -> BankUpdate:
+    def plan_update(self, items: list[LearnItem]) -> BankUpdate:
         return BankUpdate()

@@ -72,7 +72,7 @@ class SimilarityMemory(BankedMemory):
                 for e, sim in hits if gate is None or sim >= gate]
 
     # ------------------------------------------------------------------ learn
-    def plan(self, items: list[LearnItem]) -> BankUpdate:
+    def plan_update(self, items: list[LearnItem]) -> BankUpdate:
         update = BankUpdate()
         if self.s.count_visits:
             used = sorted({m.memory_id for it in items for m in it.injected})

@@ -78,7 +78,7 @@ class ReflectionMemory(BankedMemory):
     def model_probes(self, task: Task) -> list[Any]:
         return [self.writer.probe(task.intent)]
 
-    def plan(self, items: list[LearnItem]) -> BankUpdate:
+    def plan_update(self, items: list[LearnItem]) -> BankUpdate:
         return BankUpdate(add=self.new_entries(items))  # an entry replaces the task's previous one
 
     def _entry_id(self, it: LearnItem) -> str:

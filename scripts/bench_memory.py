@@ -12,7 +12,7 @@ embeddings, then measures on held-out intents:
   embedder is a lookup of precomputed vectors; MiniLM's own time per intent is printed apart);
 - Phase A recall@k1 against exact brute-force cosine in numpy, tie-aware (a returned entry
   whose exact similarity equals the k1-th best counts as correct);
-- utility-update latency: `MemRLMemory.plan` + `apply` for one episode that injected k2
+- utility-update latency: `MemRLMemory.plan_update` + `apply` for one episode that injected k2
   memories (Q and visit updates, no new memory);
 - time to add an entry: batched (bank build, batches of 5,000) and single (one `apply`);
 - bytes on disk per entry (the bank directory over the number of entries).
@@ -229,7 +229,7 @@ def bench_size(n: int, vecs: np.ndarray, texts: list[str], q_texts: list[str], q
         item = LearnItem(task=task, result=EpisodeResult(success=bool(i % 2), reward=float(i % 2),
                                                          steps=1), injected=mems, epoch=2)
         t = time.perf_counter()
-        memory.apply(memory.plan([item]))
+        memory.apply(memory.plan_update([item]))
         update_ms.append((time.perf_counter() - t) * 1000)
 
     # ---- single add ---------------------------------------------------------------------------

@@ -136,7 +136,7 @@ def run_child(args: argparse.Namespace) -> int:
     from memrl.config.validate import validate
     from memrl.control.runner import Runner
     from memrl.control.session import freeze_startup_heap
-    from memrl.control.wiring import build
+    from memrl.control.wiring import wire
     from memrl.core.rundir import RunDir
     from memrl.llm.faults import FaultTally
     from memrl_envs.alfworld import speedups
@@ -154,7 +154,7 @@ def run_child(args: argparse.Namespace) -> int:
         cfg = compose(config_name="config", overrides=overrides)
     v = validate(cfg)
     run_dir = Path(args.run_dir)
-    objs = build(v, run_dir)
+    objs = wire(v, run_dir)
     assert objs.llm is not None
     tally = FaultTally.attach(objs.llm)
     tasks = objs.env.tasks()  # lists the games (fills the game caches on a first run)

@@ -104,7 +104,9 @@ def bcb_case(code: str, work: Path) -> tuple[dict, str]:
     executor = Executor(time_limit_s=30, max_parallel=1, work_root=work, cache_dir=work / "cache")
     env = BigCodeBenchEnv(data_path=TINY, part="all", task_ids=["Tiny/1"], cache_dir=work / "cache", executor=executor)
     llm = LLMClient(ScriptedBackend(lambda request: "```python\n" + code + "\n```"), cache=None,
-                    max_retries=0).episode("worst-case", seed=0)
+                    max_concurrency=1, max_retries=0, backoff_base=0.0, backoff_max=0.0, adaptive=False,
+                    rpm=None, tpm=None, defaults={"temperature": 0.0, "top_p": 1.0, "max_tokens": 1024},
+                    ).episode("worst-case", seed=0)
     result = env.solve(env.tasks()[0], [], llm, seed=0)
     caps = executor.facts()["enforced"]
     return caps, f"{result.info['outcome']}: {result.info['reason'][:200]}"

@@ -5,6 +5,7 @@ import numpy as np
 
 from memrl.memory.bank import ChromaBank
 from memrl.memory.entry import BankUpdate, MemoryEntry
+from memory_state import snapshot
 
 
 def _clustered(n, dim, clusters, rng):
@@ -56,7 +57,7 @@ def test_apply_is_idempotent_and_persists(tmp_path):
     assert (got.q, got.visits, got.experience) == (0.3, 1, "exp 1")
     bank.apply(BankUpdate(delete=["m0"], set_fields={"m0": {"q": 1.0}}))
     reopened = ChromaBank(tmp_path / "b")
-    snap = reopened.snapshot()
+    snap = snapshot(reopened)
     assert [e["id"] for e in snap] == ["m1", "m2", "m3", "m4"]
     assert snap[0]["q"] == 0.3
 

@@ -18,13 +18,15 @@ from memrl.control.runner import Runner
 from memrl.core.records import Task, iter_jsonl
 from memrl.core.rundir import RunDir
 from memrl.journal.banklog import BankHistory
-from memrl.llm.client import LLMClient
+from clients import make_client
+
 from memrl.llm.embed import HashingEmbedder
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.bank import BankSettings, ChromaBank
 from memrl.memory.bankio import BankSourceError, merge_entries, read_entries, resolve
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
+from memory_state import snapshot
 
 EMB = HashingEmbedder(dim=32)
 
@@ -34,9 +36,9 @@ def train(run_dir: Path, *, epochs: int = 3, n_tasks: int = 6, model: str = "scr
     """A small real run (scripted model, hashing embedder) with a run card naming both."""
     settings = MemRLSettings(**{"delta": 0.0, "k1": 4, "k2": 2, **memory_kw})
     memory = MemRLMemory(settings, bank_dir=RunDir(run_dir).bank, embedder=EMB)
-    llm = LLMClient(ScriptedBackend(reply, model_id=model), max_concurrency=2, max_retries=0)
+    llm = make_client(ScriptedBackend(reply, model_id=model), max_concurrency=2, max_retries=0)
     env = TinyEnv(n_tasks=n_tasks)
-    on_end = (lambda ep: snapshots.append(memory.snapshot())) if snapshots is not None else None
+    on_end = (lambda ep: snapshots.append(snapshot(memory))) if snapshots is not None else None
     Runner(run_dir, env=env, memory=memory, llm=llm,
            settings=RunnerSettings(epochs=epochs, batch_size=2, progress=False), seed=3,
            embed_intents=EMB.embed, on_epoch_end=on_end).run(env.tasks())
@@ -83,7 +85,7 @@ def test_export_import_round_trip_gives_the_same_retrieval(tmp_path, capsys):
     got, want = retrieval(imported, QUERIES), retrieval(RunDir(run).bank, QUERIES)
     assert any(len(r) == 3 for r in want)  # the queries do retrieve
     assert got == want  # same ids, same order, same Q, similarities and scores
-    assert ChromaBank(imported).snapshot() == ChromaBank(RunDir(run).bank).snapshot()
+    assert snapshot(ChromaBank(imported)) == snapshot(ChromaBank(RunDir(run).bank))
     assert [e.embedding for e in read_entries(resolve(imported))] == [e.embedding for e in src_entries]
     # provenance survives the round trip: a run seeded from the import checks the embedder
     assert resolve(imported).embedder == EMB.model_id
@@ -190,7 +192,7 @@ def test_copy_for_another_model_records_provenance(tmp_path, capsys):
     assert "memory.bank.init_from=" in capsys.readouterr().out
     meta = json.loads((out / "bank_meta.json").read_text())
     assert (meta["for_model"], meta["model"], meta["embedder"]) == ("gpt-4o", "scripted-a", EMB.model_id)
-    assert ChromaBank(out).snapshot() == ChromaBank(RunDir(run).bank).snapshot()
+    assert snapshot(ChromaBank(out)) == snapshot(ChromaBank(RunDir(run).bank))
     assert resolve(out).embedder == EMB.model_id
 
 

@@ -19,12 +19,14 @@ from memrl.config.validate import validate
 from memrl.control.runner import Runner
 from memrl.core.records import EpisodeResult, RetrievedMemory, Step, Task, read_episodes
 from memrl.core.rundir import RunDir
-from memrl.llm.client import LLMClient
+from clients import make_client
+
 from memrl.llm.embed import HashingEmbedder
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.base import LearnItem
 from memrl.memory.writer import format_trajectory
 from memrl.metrics.compute import write_metrics
+from memory_state import learn, snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = str(ROOT / "configs")
@@ -93,7 +95,7 @@ class Script:
 
 def run(run_dir: Path, env, memory, script: Script, *, epochs: int, embedder):
     backend = ScriptedBackend(script, model_id="scripted-baselines")
-    runner = Runner(run_dir, env=env, memory=memory, llm=LLMClient(backend, max_retries=0),
+    runner = Runner(run_dir, env=env, memory=memory, llm=make_client(backend, max_retries=0),
                     settings=RunnerSettings(epochs=epochs, progress=False), seed=0,
                     embed_intents=embedder.embed)
     runner.run(env.tasks())
@@ -123,7 +125,7 @@ def test_rag_stores_trajectories_verbatim_and_never_learns_utilities(tmp_path, c
     # no model call besides the actions: storing needs no model
     assert {pu for _, _, pu, _, _ in script.log} == {"act"}
     assert backend.calls == sum(r.steps for r in recs.values())
-    snap = {e["id"]: e for e in memory.snapshot()}
+    snap = {e["id"]: e for e in snapshot(memory)}
     assert set(snap) == {f"e00{ep}:{t}" for ep in (1, 2) for t in (GAME_A, GAME_B)}
     for (epoch, task_id), r in recs.items():
         text = snap[f"e00{epoch}:{task_id}"]["experience"]
@@ -153,9 +155,9 @@ def test_rag_min_similarity_gate(tmp_path):
     res = EpisodeResult(success=True, reward=1.0, steps=1, transcript=[Step("go to desk 1", "You arrive.")])
     for gate, want in ((None, {"e001:a", "e001:b"}), (0.99, {"e001:a"})):
         memory = RAGMemory(RAGSettings(k=3, min_similarity=gate), bank_dir=tmp_path / str(gate), embedder=emb)
-        memory.learn([LearnItem(task=t, result=res, injected=[], epoch=1) for t in (a, b)])
+        learn(memory, [LearnItem(task=t, result=res, injected=[], epoch=1) for t in (a, b)])
         assert {m.memory_id for m in memory.retrieve(a)} == want
-        assert memory.snapshot()[0]["experience"].startswith("Task: heat some egg and put it in garbagecan.\nOutcome: solved\n")
+        assert snapshot(memory)[0]["experience"].startswith("Task: heat some egg and put it in garbagecan.\nOutcome: solved\n")
 
 
 # ----------------------------------------------------------------------------- reflection
@@ -197,7 +199,7 @@ def test_reflection_injects_only_the_tasks_own_latest_attempt(tmp_path, cache_di
     assert "(solved) ---\nYour task is to: " in a3 and "REFLECT-ALARM" not in a3 and "REFLECT-BOWL" not in a3
     assert trajectory_of(recs[(2, GAME_A)]) in a3  # shown as an episode (ALFWorld's memory format)
     # one memory per task, replaced after each attempt
-    snap = {e["id"]: e for e in memory.snapshot()}
+    snap = {e["id"]: e for e in snapshot(memory)}
     assert set(snap) == {f"last:{GAME_A}", f"last:{GAME_B}"}
     assert "REFLECT-ALARM-3" in snap[f"last:{GAME_A}"]["experience"]
     assert all(e["q"] == 0.0 for e in snap.values())
@@ -230,7 +232,7 @@ def test_pass_at_k_stops_reattempting_solved_tasks(tmp_path, cache_dir, winning_
     assert all(recs[(e, GAME_B)].llm_calls == recs[(e, GAME_B)].steps > 0 for e in (1, 2, 3))
     assert all(not r.success for (_, t), r in recs.items() if t == GAME_B)
     assert backend.calls == sum(r.steps for r in recs.values() if not r.info.get("carried"))
-    assert all(r.injected == [] for r in recs.values()) and memory.snapshot() == []
+    assert all(r.injected == [] for r in recs.values()) and snapshot(memory) == []
     metrics = write_metrics(tmp_path / "run")
     assert metrics["csr"] == 0.5 and metrics["csr_curve"] == [0.0, 0.5, 0.5]
 
@@ -342,6 +344,6 @@ def test_each_baseline_composes_validates_and_builds(tmp_path, name, cls, needs_
         with pytest.raises(Exception, match="memory.k"):
             validate(cfg("+memory.k=4"))
     module = v.memory_cls.build(v.memory, run_dir=tmp_path, embedder=HashingEmbedder(dim=16))
-    assert module.needs_llm is needs_llm and module.snapshot() == []
+    assert module.needs_llm is needs_llm and snapshot(module) == []
     with pytest.raises(Exception, match="memory.nonsense"):
         validate(cfg("+memory.nonsense=1"))

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from memrl.llm.client import LLMClient
+from clients import make_client
+
 from memrl.llm.scripted import ScriptedBackend
 from memrl_envs.bigcodebench import BigCodeBenchEnv, BigCodeBenchSettings
 from memrl_envs.bigcodebench.executor import Executor
@@ -59,7 +60,7 @@ def play(tmp_path: Path, work_root: Path, code: str, **limits):
                                                cache_dir=str(tmp_path / "cache")),
                           agent="react", executor=executor)
     backend = ScriptedBackend(lambda request: "```python\n" + code + "\n```")
-    llm = LLMClient(backend, cache=None, max_retries=0).episode("hostile", seed=0)
+    llm = make_client(backend, cache=None, max_retries=0).episode("hostile", seed=0)
     start = time.monotonic()
     result = env.solve(env.tasks()[0], [], llm, seed=0)
     assert backend.calls == 1
@@ -330,7 +331,7 @@ def task_func(a, b):
     env = BigCodeBenchEnv(BigCodeBenchSettings(data_path=str(TINY), part="all", task_ids=["Tiny/1"],
                                                cache_dir=str(tmp_path / "cache")),
                           agent="react", executor=executor)
-    llm = LLMClient(ScriptedBackend(lambda request: "```python\n" + code + "\n```"), cache=None,
+    llm = make_client(ScriptedBackend(lambda request: "```python\n" + code + "\n```"), cache=None,
                     max_retries=0).episode("hostile", seed=0)
     r = env.solve(env.tasks()[0], [], llm, seed=0)
     text = reason(r)

@@ -5,6 +5,7 @@ request while it is in flight pay for it once."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import os
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from memrl.llm.base import LLMError, LLMRequest
-from memrl.llm.client import LLMClient
+from clients import make_client
+
 from memrl.llm.response_cache import ResponseCache, request_key
 from memrl.llm.scripted import ScriptedBackend
 
@@ -32,7 +34,7 @@ def slow(delay: float):
 
 def test_threads_asking_for_the_same_request_share_one_call(tmp_path) -> None:
     backend = ScriptedBackend(slow(0.2))
-    client = LLMClient(backend, cache=ResponseCache(tmp_path / "c.sqlite"), max_concurrency=16)
+    client = make_client(backend, cache=ResponseCache(tmp_path / "c.sqlite"), max_concurrency=16)
     with ThreadPoolExecutor(8) as pool:
         texts = list(pool.map(lambda _: client.complete(_req("same")).text, range(8)))
     assert texts == ["answer to same"] * 8
@@ -58,7 +60,7 @@ def test_a_failed_leader_lets_the_next_caller_try(tmp_path) -> None:
             raise ValueError("not transient: fails at once")
         return "second try"
 
-    client = LLMClient(ScriptedBackend(fn), cache=ResponseCache(tmp_path / "c.sqlite"))
+    client = make_client(ScriptedBackend(fn), cache=ResponseCache(tmp_path / "c.sqlite"))
     results: list[str] = []
 
     def call() -> None:
@@ -89,7 +91,7 @@ def test_a_dead_processes_claim_is_taken_over(tmp_path) -> None:
     cache._conn.execute("INSERT INTO claims VALUES (?, 'someone', ?, ?, ?)",
                         (key, dead.pid, cache._host, time.time()))
     cache._conn.commit()
-    client = LLMClient(backend, cache=cache)
+    client = make_client(backend, cache=cache)
     t0 = time.monotonic()
     assert client.complete(_req("orphan")).text == "answer to orphan"
     assert time.monotonic() - t0 < 1.0 and backend.calls == 1
@@ -114,10 +116,11 @@ CHILD = textwrap.dedent("""
     from concurrent.futures import ThreadPoolExecutor
     from memrl.llm.base import LLMRequest
     from memrl.llm.response_cache import ResponseCache
-    from memrl.llm.client import LLMClient
     from memrl.llm.scripted import ScriptedBackend
 
     cache_path, log_path, start_at = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    sys.path.insert(0, sys.argv[4])  # tests/: the test client (clients.make_client)
+    from clients import make_client
 
     def fn(request):
         with open(log_path, "a") as fh:  # one line per paid call, from either process
@@ -125,7 +128,7 @@ CHILD = textwrap.dedent("""
         time.sleep(0.5)
         return "answer to " + request.messages[-1][1]
 
-    client = LLMClient(ScriptedBackend(fn), cache=ResponseCache(cache_path), max_concurrency=8)
+    client = make_client(ScriptedBackend(fn), cache=ResponseCache(cache_path), max_concurrency=8)
     reqs = [LLMRequest(messages=(("user", f"shared {i}"),), max_tokens=8) for i in range(6)]
     time.sleep(max(0.0, start_at - time.time()))
     with ThreadPoolExecutor(6) as pool:
@@ -138,7 +141,8 @@ def test_two_processes_on_one_cache_pay_for_a_request_once(tmp_path) -> None:
     cache_path, log_path = tmp_path / "shared.sqlite", tmp_path / "paid.log"
     ResponseCache(cache_path).close()  # the schema exists before both start
     start_at = time.time() + 2.0  # both begin together, after their imports
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(cache_path), str(log_path), str(start_at)],
+    tests_dir = str(Path(__file__).resolve().parent)
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(cache_path), str(log_path), str(start_at), tests_dir],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
              for _ in range(2)]
     outs = []

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from memrl.core.rundir import RunDir
+from memory_state import snapshot
 
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
 
@@ -40,7 +41,7 @@ def run(args: list[str], cache: Path, **kw) -> subprocess.CompletedProcess:
 def bank_snapshot(run_dir: Path) -> list[dict]:
     from memrl.memory.bank import ChromaBank
 
-    return ChromaBank(RunDir(run_dir).bank).snapshot()
+    return snapshot(ChromaBank(RunDir(run_dir).bank))
 
 
 def test_memrl_end_to_end_then_replay_from_cache(tmp_path):

@@ -19,10 +19,14 @@ import pytest
 
 from memrl.core.rundir import RunDir
 from memrl.llm.base import LLMError, LLMRequest
+from clients import make_client
+
 from memrl.llm.client import LLMClient
 from memrl.llm.faults import FaultTally, episode_summary, error_kind
 from memrl.llm.retry import retry_after_seconds
-from memrl.testing.fault_server import FAULTS, NO_ACTION_REPLY, TRANSIENT_FAULTS, FaultPlan, FaultServer, reply_for
+from memrl.testing.fault_server import FAULTS, NO_ACTION_REPLY, TRANSIENT_FAULTS, FaultPlan, FaultServer
+from memrl.testing.replies import reply_for
+from memory_state import snapshot
 
 ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
 KEY_ENV = "MEMRL_FAULT_TEST_KEY"
@@ -119,7 +123,7 @@ def client_for(monkeypatch):
     def make(server: FaultServer, max_retries: int = 2, timeout: float = 5.0) -> tuple[LLMClient, FaultTally]:
         backend = LiteLLMBackend("openai/fault", api_base=server.api_base, api_key_env=KEY_ENV,
                                  timeout=timeout)
-        client = LLMClient(backend, max_retries=max_retries, backoff_base=0.001, backoff_max=0.01)
+        client = make_client(backend, max_retries=max_retries, backoff_base=0.001, backoff_max=0.01)
         return client, FaultTally.attach(client)
 
     return make
@@ -310,7 +314,7 @@ def test_alfworld_run_with_20_percent_faults_records_everything(tmp_path):
         for m in r["injected"]:
             q[m["id"]] = update_q(q.get(m["id"], 0.0), reward, 0.3)
             visits[m["id"]] = visits.get(m["id"], 0) + 1
-    bank = {e["id"]: e for e in ChromaBank(RunDir(run_dir).bank).snapshot()}
+    bank = {e["id"]: e for e in snapshot(ChromaBank(RunDir(run_dir).bank))}
     assert set(bank) == {f"e{r['epoch']:03d}:{r['task_id']}" for r in completed}  # none from errored
     for mid, entry in bank.items():
         assert entry["visits"] == visits.get(mid, 0), mid

@@ -18,6 +18,8 @@ from memrl.control.runner import Runner
 from memrl.core.records import RetrievedMemory, read_episodes
 from memrl.core.rundir import RunDir
 from memrl.llm.base import ImagePart, LLMRequest, TextPart, content_text, has_images
+from clients import make_client
+
 from memrl.llm.client import LLMClient
 from memrl.llm.embed import HashingEmbedder
 from memrl.llm.response_cache import ResponseCache
@@ -77,7 +79,7 @@ def fair_judge(request: LLMRequest) -> str:
 
 
 def fast_client(backend, cache=None, retries=2) -> LLMClient:
-    return LLMClient(backend, cache=cache, max_retries=retries, backoff_base=0.001, backoff_max=0.002)
+    return make_client(backend, cache=cache, max_retries=retries, backoff_base=0.001, backoff_max=0.002)
 
 
 def make_env(judge_fn=fair_judge, cache=None, agent="react", **fields) -> tuple[HLEEnv, ScriptedBackend]:

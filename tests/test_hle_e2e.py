@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from memrl.core.rundir import RunDir
+from memory_state import snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "hle" / "hle_fixture.jsonl"
@@ -68,7 +69,7 @@ def test_hle_two_epochs_with_the_embedded_model_as_solver_and_judge(tmp_path) ->
     assert any(r["injected"] for r in recs if r["epoch"] == 2)
     assert not any(r["injected"] for r in recs if r["epoch"] == 1 and r["task_id"] == text_ids[0])
     graded = sum(1 for r in recs if not r["errors"])
-    assert len(ChromaBank(RunDir(run_dir).bank).snapshot()) == graded  # judge errors teach nothing
+    assert len(snapshot(ChromaBank(RunDir(run_dir).bank))) == graded  # judge errors teach nothing
     metrics = json.loads(RunDir(run_dir).metrics.read_text())
     assert metrics["n_tasks"] == 3 and metrics["epochs"] == 2 and len(metrics["sr"]) == 2
     assert metrics["errored_episodes"] == 6 - graded

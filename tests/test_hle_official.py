@@ -15,7 +15,8 @@ from hydra import compose, initialize_config_dir
 
 from memrl.core.records import RetrievedMemory
 from memrl.llm.base import ImagePart, LLMRequest, TextPart, content_text
-from memrl.llm.client import LLMClient
+from clients import make_client
+
 from memrl.llm.scripted import ScriptedBackend
 from memrl_envs.hle import HLEEnv
 from memrl_envs.hle.data import HLEQuestion, Selection, official_order, select
@@ -95,13 +96,13 @@ def test_official_order_comes_before_max_tasks_and_after_the_filters() -> None:
 
 def test_the_env_lists_its_tasks_in_the_official_order() -> None:
     env = HLEEnv(HLESettings(data_path=str(FIXTURE), order="official"), agent="gold",
-                 judge=LLMClient(ScriptedBackend(lambda r: "x")))
+                 judge=make_client(ScriptedBackend(lambda r: "x")))
     cats: dict[str, list[str]] = {}
     for r in ROWS:
         cats.setdefault(r["category"], []).append(r["id"])
     want = [g[i] for g in cats.values() for i in np.random.RandomState(42).permutation(len(g))]
     assert [t.task_id for t in env.tasks()] == want != [r["id"] for r in ROWS]
-    plain = HLEEnv(HLESettings(data_path=str(FIXTURE)), agent="gold", judge=LLMClient(ScriptedBackend(lambda r: "x")))
+    plain = HLEEnv(HLESettings(data_path=str(FIXTURE)), agent="gold", judge=make_client(ScriptedBackend(lambda r: "x")))
     assert [t.task_id for t in plain.tasks()] == [r["id"] for r in ROWS]
 
 
@@ -173,7 +174,7 @@ def make_env(judge_fn, judge: dict | None = None, **fields) -> tuple[HLEEnv, Scr
     """The env with a scripted judge model, judged by the rule its settings name."""
     settings = HLESettings(data_path=str(FIXTURE), judge={"model": "openai/judge", **(judge or {})}, **fields)
     judge_backend = ScriptedBackend(judge_fn, model_id="judge")
-    client = LLMClient(judge_backend, max_retries=0, backoff_base=0.001, backoff_max=0.002)
+    client = make_client(judge_backend, max_retries=0, backoff_base=0.001, backoff_max=0.002)
     env = HLEEnv(settings, agent="react", judge=Judge(client, verdict_rule=settings.judge.verdict_rule,
                                                        json_mode=settings.judge.json_mode))
     return env, judge_backend
@@ -193,7 +194,7 @@ def test_the_env_builds_its_judge_with_the_configured_rule() -> None:
 def play(env: HLEEnv, task_id: str, reply_fn, memories=(), supports_images=False):
     backend = ScriptedBackend(reply_fn, supports_images=supports_images)
     task = next(t for t in env.tasks() if t.task_id == task_id)
-    llm = LLMClient(backend, max_retries=0).episode(f"s0/e1/{task_id}", seed=5)
+    llm = make_client(backend, max_retries=0).episode(f"s0/e1/{task_id}", seed=5)
     return env.solve(task, list(memories), llm, seed=5), backend
 
 

@@ -12,6 +12,8 @@ import pytest
 
 from memrl.config.sections import LLMSettings
 from memrl.llm.base import LLMError, LLMRequest
+from clients import make_client
+
 from memrl.llm.client import LLMClient
 from memrl.llm.factory import build_client
 from memrl.llm.response_cache import ResponseCache
@@ -36,7 +38,7 @@ def flaky(failures: list[BaseException], answer: str = "pong"):
 def fast_client(backend, **kw) -> LLMClient:
     kw.setdefault("backoff_base", 0.001)
     kw.setdefault("backoff_max", 0.01)
-    return LLMClient(backend, **kw)
+    return make_client(backend, **kw)
 
 
 def test_retries_transient_errors_then_succeeds() -> None:
@@ -72,7 +74,7 @@ def test_backoff_is_exponential_and_deterministic() -> None:
     def run() -> list[float]:
         waits: list[float] = []
         backend = ScriptedBackend(flaky([TimeoutError()] * 4))
-        LLMClient(backend, max_retries=4, backoff_base=1.0, backoff_max=5.0, sleep=waits.append).complete(REQ)
+        make_client(backend, max_retries=4, backoff_base=1.0, backoff_max=5.0, sleep=waits.append).complete(REQ)
         return waits
 
     waits = run()
@@ -100,7 +102,7 @@ def test_retry_after_header_is_honoured() -> None:
     backend = ScriptedBackend(flaky([_Throttled({"Retry-After": "3"})]))
     # a fixed limiter: the caller sleeps the Retry-After itself (the adaptive one holds every
     # caller in its shared pause: tests/test_rate_limits.py)
-    client = LLMClient(backend, backoff_base=0.001, backoff_max=10.0, sleep=waits.append, adaptive=False)
+    client = make_client(backend, backoff_base=0.001, backoff_max=10.0, sleep=waits.append, adaptive=False)
     assert client.complete(REQ).text == "pong"
     assert waits == [3.0]
     assert retry_after_seconds(_Throttled({"retry-after-ms": "250"})) == 0.25
@@ -127,7 +129,7 @@ def test_concurrency_limit_is_respected() -> None:
         return request.messages[0][1]
 
     backend = ScriptedBackend(slow)
-    client = LLMClient(backend, max_concurrency=3)
+    client = make_client(backend, max_concurrency=3)
     outs: list[str] = []
 
     def worker(i: int) -> None:
@@ -145,7 +147,7 @@ def test_concurrency_limit_is_respected() -> None:
 
 def test_totals_count_tokens_and_cache_hits(tmp_path) -> None:
     backend = ScriptedBackend(lambda r: "a b c")
-    client = LLMClient(backend, cache=ResponseCache(tmp_path / "c.sqlite"))
+    client = make_client(backend, cache=ResponseCache(tmp_path / "c.sqlite"))
     first = client.complete(LLMRequest(messages=(("user", "one two"),)))
     second = client.complete(LLMRequest(messages=(("user", "one two"),)))
     assert not first.cached and second.cached and second.text == "a b c"
@@ -158,7 +160,7 @@ def test_totals_count_tokens_and_cache_hits(tmp_path) -> None:
 
 def test_episode_sample_ids_defaults_and_meter() -> None:
     backend = ScriptedBackend(lambda r: "x y", model_id="fake")
-    client = LLMClient(backend, defaults={"max_tokens": 64, "temperature": 0.7, "top_p": 0.9})
+    client = make_client(backend, defaults={"max_tokens": 64, "temperature": 0.7, "top_p": 0.9})
     ep = client.episode("seed0/e1/task-a", seed=123)
     assert ep.complete("look", purpose="act") == "x y"
     ep.complete([("system", "sys"), ("user", "go")], purpose="act", stop=("\n",))
@@ -182,7 +184,7 @@ def test_episode_sample_ids_defaults_and_meter() -> None:
 
 def test_episode_records_errors() -> None:
     backend = ScriptedBackend(flaky([ValueError("nope")]))
-    ep = LLMClient(backend).episode("p", seed=0)
+    ep = make_client(backend).episode("p", seed=0)
     with pytest.raises(LLMError):
         ep.complete("q", purpose="act")
     assert len(ep.meter.errors) == 1 and "nope" in ep.meter.errors[0]
@@ -207,11 +209,11 @@ def test_second_identical_run_makes_no_backend_calls(tmp_path) -> None:
 
     cfg = {"temperature": 0.8}
     first_backend = ScriptedBackend(sampler)
-    first = _run_episodes(LLMClient(first_backend, cache=ResponseCache(tmp_path / "c.sqlite"), defaults=cfg))
+    first = _run_episodes(make_client(first_backend, cache=ResponseCache(tmp_path / "c.sqlite"), defaults=cfg))
     assert first_backend.calls == 6 and len(set(first)) == 6  # distinct samples stay distinct
 
     second_backend = ScriptedBackend(sampler)
-    client = LLMClient(second_backend, cache=ResponseCache(tmp_path / "c.sqlite"), defaults=cfg)
+    client = make_client(second_backend, cache=ResponseCache(tmp_path / "c.sqlite"), defaults=cfg)
     second = _run_episodes(client)
     assert second_backend.calls == 0
     assert second == first
@@ -307,7 +309,7 @@ def test_litellm_backend_end_to_end(fake_server) -> None:
                           _ok("again then"), _err(400)]
     backend = LiteLLMBackend("openai/fake-model", api_base=fake_server, api_key_env="FAKE_KEY", timeout=10)
     assert backend.model_id == "openai/fake-model"  # where it is served is not what it is
-    client = LLMClient(backend, max_retries=3, backoff_base=0.001, backoff_max=0.01)
+    client = make_client(backend, max_retries=3, backoff_base=0.001, backoff_max=0.01)
     req = LLMRequest(messages=(("system", "s"), ("user", "u")), max_tokens=9, stop=("END",), seed=3)
     resp = client.complete(req)
     assert resp.text == "hello there"
@@ -401,7 +403,7 @@ def test_greedy_answers_of_a_seed_free_backend_are_shared_across_seeds(tmp_path)
     seedless = ScriptedBackend(lambda r: "a")
     seedless.greedy_ignores_seed = True
     for backend, hits in ((seedless, [True, False, False]), (ScriptedBackend(lambda r: "a"), [False, False, False])):
-        client = LLMClient(backend, cache=ResponseCache(tmp_path / f"{id(backend)}.sqlite"))
+        client = make_client(backend, cache=ResponseCache(tmp_path / f"{id(backend)}.sqlite"))
         client.complete(LLMRequest(messages=(("user", "p"),), seed=1, temperature=0.0))
         client.complete(LLMRequest(messages=(("user", "p"),), seed=1, temperature=0.7, sample_id="x"))
         got = [client.complete(LLMRequest(messages=(("user", "p"),), seed=2, temperature=t, sample_id=sid)).cached
@@ -421,7 +423,7 @@ def test_greedy_entries_cached_with_their_seed_still_hit(tmp_path) -> None:
 
     cache.put(request_key(backend.model_id, old), LLMResponse(text="from before", prompt_tokens=1,
                                                              completion_tokens=1, cost_usd=0.0))
-    client = LLMClient(backend, cache=cache)
+    client = make_client(backend, cache=cache)
     assert client.complete(old).text == "from before" and backend.calls == 0
     # ... and now under the seed-free key too: another seed hits it
     assert client.complete(LLMRequest(messages=(("user", "p"),), seed=6)).text == "from before"

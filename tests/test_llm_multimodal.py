@@ -24,7 +24,8 @@ from memrl.llm.base import (
     has_images,
     openai_content,
 )
-from memrl.llm.client import LLMClient
+from clients import make_client
+
 from memrl.llm.factory import build_client
 from memrl.llm.local import LocalLlamaBackend, render_prompt
 from memrl.llm.response_cache import ResponseCache, request_key
@@ -98,7 +99,7 @@ def test_content_normalisation() -> None:
 def test_text_only_backend_gets_no_call_for_an_image(tmp_path) -> None:
     backend = ScriptedBackend(lambda r: "4", supports_images=False)
     cache = ResponseCache(tmp_path / "c.sqlite")
-    client = LLMClient(backend, cache=cache, max_retries=3)
+    client = make_client(backend, cache=cache, max_retries=3)
     ep = client.episode("s0/e1/q1", seed=1)
     assert ep.supports_images is False
     with pytest.raises(UnsupportedContentError, match="text only"):
@@ -113,7 +114,7 @@ def test_local_model_refuses_images_before_loading(tmp_path) -> None:
     model = tmp_path / "model.gguf"  # never loaded: not a GGUF (its id is its name and hash)
     model.write_bytes(b"not a model")
     backend = LocalLlamaBackend(model_path=model)
-    client = LLMClient(backend, max_retries=0)
+    client = make_client(backend, max_retries=0)
     assert client.supports_images is False
     with pytest.raises(UnsupportedContentError):
         client.complete(with_image())
@@ -126,7 +127,7 @@ def test_local_model_refuses_images_before_loading(tmp_path) -> None:
 
 def test_vision_backend_receives_the_data_url() -> None:
     backend = ScriptedBackend(lambda r: "red")
-    ep = LLMClient(backend).episode("s0/e1/q7", seed=1)
+    ep = make_client(backend).episode("s0/e1/q7", seed=1)
     assert ep.complete([("system", "Be brief."),
                         ("user", [{"type": "text", "text": "Colour?"},
                                   {"type": "image_url", "image_url": {"url": PNG}}])],
@@ -199,7 +200,7 @@ def test_litellm_sends_image_parts_and_json_mode(server) -> None:
     from memrl.llm.litellm_backend import LiteLLMBackend
 
     backend = LiteLLMBackend("openai/fake", api_base=server, api_key_env="FAKE_KEY", vision=True)
-    client = LLMClient(backend, max_retries=0)
+    client = make_client(backend, max_retries=0)
     assert client.complete(with_image()).text == "ok"
     assert client.complete(dataclasses.replace(TEXT, response_format="json")).text == "ok"
     image_body, text_body = _Server.bodies

@@ -99,23 +99,22 @@ def test_the_local_model_identity_is_its_file_and_a_resume_with_another_is_refus
     from memrl.control.preflight import identity
     from memrl.core.stops import RunRefused
     from memrl.journal.runcard import RunCard
-    from memrl.llm.client import LLMClient
-
+    from clients import make_client
     a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
     a.write_bytes(b"model a")
     b.write_bytes(b"model b")
-    ident = identity(LLMClient(LocalLlamaBackend(model_path=a)))
+    ident = identity(make_client(LocalLlamaBackend(model_path=a)))
     assert ident["key"] == ident["model"] == LocalLlamaBackend(model_path=a).model_id
     assert ident["source"] == "model file (name and sha256)" and ident["file"] == str(a)
-    assert LLMClient(LocalLlamaBackend(model_path=a)).cache_identity == ident["key"]
+    assert make_client(LocalLlamaBackend(model_path=a)).cache_identity == ident["key"]
     packaged_ident = LocalLlamaBackend(model="smollm2-135m-instruct-q4_1", mode="chat")
     assert packaged_ident.model_id == "local/smollm2-135m-instruct-q4_1/chat"
 
     card = RunCard(tmp_path / "run", {})
     card.check_models({"llm": ident})  # the first session records it
-    card.check_models({"llm": identity(LLMClient(LocalLlamaBackend(model_path=a)))})  # same file: fine
+    card.check_models({"llm": identity(make_client(LocalLlamaBackend(model_path=a)))})  # same file: fine
     with pytest.raises(RunRefused, match="another model"):
-        card.check_models({"llm": identity(LLMClient(LocalLlamaBackend(model_path=b)))})
+        card.check_models({"llm": identity(make_client(LocalLlamaBackend(model_path=b)))})
 
 
 def test_speed_rates_of_the_counters():

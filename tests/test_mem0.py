@@ -21,13 +21,15 @@ pytest.importorskip("mem0", reason="the mem0 extra is not installed (pip install
 from memrl.core.records import EpisodeResult, RetrievedMemory, Step, Task  # noqa: E402
 from memrl.core.rundir import RunDir
 from memrl.llm.base import LLMRequest  # noqa: E402
-from memrl.llm.client import LLMClient  # noqa: E402
+from clients import make_client  # noqa: E402
 from memrl.llm.embed import HashingEmbedder  # noqa: E402
 from memrl.llm.response_cache import ResponseCache  # noqa: E402
 from memrl.llm.scripted import ScriptedBackend  # noqa: E402
 from memrl.memory.base import LearnItem  # noqa: E402
 from memrl.memory.entry import BankUpdate  # noqa: E402
-from memrl_baselines.mem0 import Mem0Memory, Mem0Settings, parse_extraction  # noqa: E402
+from memrl_baselines.mem0 import Mem0Memory, Mem0Settings  # noqa: E402
+from memrl_baselines.mem0_bridge import parse_extraction  # noqa: E402
+from memory_state import snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 ALFWORLD = ROOT.parent / "shared" / "data" / "alfworld"
@@ -58,7 +60,7 @@ def good_model(request: LLMRequest) -> str:
 
 def make(tmp_path, fn=good_model, *, cache=None, sub="run", **kw):
     backend = ScriptedBackend(fn, model_id="scripted-mem0")
-    client = LLMClient(backend, cache=cache, max_retries=0)
+    client = make_client(backend, cache=cache, max_retries=0)
     mem = Mem0Memory(Mem0Settings(**{"k": 3, **kw}), store_dir=tmp_path / sub / "mem0",
                      embedder=HashingEmbedder(dim=64))
     mem.attach_llm(client)
@@ -77,7 +79,7 @@ def item(mem, task, success=True, epoch=1, errored=False):
 
 def test_add_then_search_returns_the_memory_through_the_project_llm(tmp_path):
     mem, backend, client = make(tmp_path)
-    update = mem.plan([item(mem, MUG), item(mem, LAMP, success=False)])
+    update = mem.plan_update([item(mem, MUG), item(mem, LAMP, success=False)])
     assert [e.memory_id for e in update.add] == ["e001:a/1", "e001:c/3"]
     assert backend.calls == 0  # planning calls no model; mem0 runs when the batch is applied
     mem.apply(update)
@@ -89,7 +91,7 @@ def test_add_then_search_returns_the_memory_through_the_project_llm(tmp_path):
     # mem0's prompt dates are pinned (a replay on another day asks the same question)
     assert "## Current Date\n2025-01-01" in backend.requests[0].messages[-1][1]
 
-    texts = {r["memory"] for r in mem.snapshot()}
+    texts = {r["memory"] for r in snapshot(mem)}
     assert texts == {"Agent learned how to put a clean mug in coffeemachine.",
                      "Agent learned how to examine the alarmclock with the desklamp."}
 
@@ -105,29 +107,29 @@ def test_add_then_search_returns_the_memory_through_the_project_llm(tmp_path):
 
 def test_retrieval_respects_k(tmp_path):
     mem, _, _ = make(tmp_path, k=1)
-    mem.apply(mem.plan([item(mem, MUG), item(mem, LAMP)]))
+    mem.apply(mem.plan_update([item(mem, MUG), item(mem, LAMP)]))
     got = mem.retrieve(MUG2)
     assert len(got) == 1 and got[0].memory_id.startswith("e001:a/1#")
 
 
 def test_applying_the_same_update_twice_does_not_duplicate(tmp_path):
     mem, backend, _ = make(tmp_path)
-    update = mem.plan([item(mem, MUG), item(mem, LAMP)])
+    update = mem.plan_update([item(mem, MUG), item(mem, LAMP)])
     mem.apply(update)
-    first = mem.snapshot()
+    first = snapshot(mem)
     mem.apply(update)  # the runner re-applies a journaled batch after a crash
-    assert mem.snapshot() == first and backend.calls == 2
+    assert snapshot(mem) == first and backend.calls == 2
     # a journal replayed by a new process (the update read back from JSON)
     mem.close()
     again, backend2, _ = make(tmp_path)
     again.apply(BankUpdate.from_dict(json.loads(json.dumps(update.to_dict()))))
-    assert again.snapshot() == first and backend2.calls == 0
+    assert snapshot(again) == first and backend2.calls == 0
     # a crash that lost the ledger after the memories were stored: the store itself says so
     again.close()
     (tmp_path / "run" / "mem0" / "applied.jsonl").unlink()
     third, backend3, _ = make(tmp_path)
     third.apply(update)
-    assert third.snapshot() == first and backend3.calls == 0
+    assert snapshot(third) == first and backend3.calls == 0
     assert third.stats() == {"recovered": 2}
 
 
@@ -136,9 +138,9 @@ def test_a_replay_hits_the_response_cache_and_ends_in_the_same_store(tmp_path):
     snaps = []
     for sub in ("a", "b"):
         mem, backend, client = make(tmp_path, cache=cache, sub=sub)
-        mem.apply(mem.plan([item(mem, MUG), item(mem, LAMP)]))
-        mem.apply(mem.plan([item(mem, MUG2, epoch=2)]))
-        snaps.append(mem.snapshot())
+        mem.apply(mem.plan_update([item(mem, MUG), item(mem, LAMP)]))
+        mem.apply(mem.plan_update([item(mem, MUG2, epoch=2)]))
+        snaps.append(snapshot(mem))
         calls, hits = backend.calls, client.totals()["cache_hits"]
         mem.close()
     assert snaps[0] == snaps[1] and len(snaps[0]) == 3
@@ -148,9 +150,9 @@ def test_a_replay_hits_the_response_cache_and_ends_in_the_same_store(tmp_path):
 
 def test_garbage_model_output_falls_back_to_raw_text(tmp_path):
     mem, backend, _ = make(tmp_path, fn=lambda req: "The mug is clean. {not json")
-    mem.apply(mem.plan([item(mem, MUG)]))
+    mem.apply(mem.plan_update([item(mem, MUG)]))
     assert backend.calls == 1 and mem.fallbacks == 1
-    snap = mem.snapshot()
+    snap = snapshot(mem)
     assert len(snap) == 1 and snap[0]["memory"].startswith("Task: put a clean mug in coffeemachine.")
     assert "Outcome: The task was solved in 2 steps." in snap[0]["memory"]
     ledger = [json.loads(x) for x in (tmp_path / "run" / "mem0" / "applied.jsonl").read_text().splitlines()]
@@ -165,8 +167,8 @@ RAMBLING = ('\n{"memory": [\n  {"id": "0", "text": "Agent cleans a mug at the si
 
 def test_an_answer_with_trailing_text_is_cut_to_its_json_object(tmp_path):
     mem, backend, _ = make(tmp_path, fn=lambda req: RAMBLING)
-    mem.apply(mem.plan([item(mem, MUG)]))
-    assert [r["memory"] for r in mem.snapshot()] == ["Agent cleans a mug at the sinkbasin first"]
+    mem.apply(mem.plan_update([item(mem, MUG)]))
+    assert [r["memory"] for r in snapshot(mem)] == ["Agent cleans a mug at the sinkbasin first"]
     assert mem.fallbacks == 0
     ledger = json.loads((tmp_path / "run" / "mem0" / "applied.jsonl").read_text())
     assert ledger["mode"] == "infer" and ledger["repaired"] is True
@@ -174,8 +176,8 @@ def test_an_answer_with_trailing_text_is_cut_to_its_json_object(tmp_path):
 
 def test_without_repair_such_an_answer_falls_back(tmp_path):
     mem, backend, _ = make(tmp_path, fn=lambda req: RAMBLING, repair_json=False)
-    mem.apply(mem.plan([item(mem, MUG)]))
-    assert mem.fallbacks == 1 and mem.snapshot()[0]["memory"].startswith("Task: ")
+    mem.apply(mem.plan_update([item(mem, MUG)]))
+    assert mem.fallbacks == 1 and snapshot(mem)[0]["memory"].startswith("Task: ")
 
 
 def test_a_failing_model_call_falls_back_too(tmp_path):
@@ -183,29 +185,29 @@ def test_a_failing_model_call_falls_back_too(tmp_path):
         raise ValueError("backend down")
 
     mem, backend, _ = make(tmp_path, fn=broken)
-    mem.apply(mem.plan([item(mem, MUG), item(mem, LAMP)]))
-    assert mem.fallbacks == 2 and len(mem.snapshot()) == 2
+    mem.apply(mem.plan_update([item(mem, MUG), item(mem, LAMP)]))
+    assert mem.fallbacks == 2 and len(snapshot(mem)) == 2
 
 
 def test_valid_but_empty_extraction_stores_nothing(tmp_path):
     mem, backend, _ = make(tmp_path, fn=lambda req: '{"memory": []}')
-    mem.apply(mem.plan([item(mem, MUG)]))
-    assert mem.snapshot() == [] and mem.stats() == {"infer-empty": 1} and mem.fallbacks == 0
-    mem.apply(mem.plan([item(mem, MUG)]))  # same key: already applied
+    mem.apply(mem.plan_update([item(mem, MUG)]))
+    assert snapshot(mem) == [] and mem.stats() == {"infer-empty": 1} and mem.fallbacks == 0
+    mem.apply(mem.plan_update([item(mem, MUG)]))  # same key: already applied
     assert backend.calls == 1
 
 
 def test_infer_off_stores_raw_text_without_model_calls(tmp_path):
     mem, backend, _ = make(tmp_path, infer=False)
     assert mem.needs_llm is False
-    mem.apply(mem.plan([item(mem, MUG)]))
+    mem.apply(mem.plan_update([item(mem, MUG)]))
     assert backend.calls == 0 and mem.stats() == {"raw": 1}
-    assert mem.snapshot()[0]["memory"].startswith("Task: put a clean mug")
+    assert snapshot(mem)[0]["memory"].startswith("Task: put a clean mug")
 
 
 def test_errored_episodes_are_not_stored(tmp_path):
     mem, _, _ = make(tmp_path)
-    assert mem.plan([item(mem, MUG, errored=True)]).add == []
+    assert mem.plan_update([item(mem, MUG, errored=True)]).add == []
 
 
 def test_parse_extraction_reads_like_mem0():
@@ -231,7 +233,7 @@ def test_telemetry_is_off_and_nothing_reaches_the_network(tmp_path, monkeypatch)
     monkeypatch.setattr(socket.socket, "connect", no_connect)
     monkeypatch.setattr(socket.socket, "connect_ex", no_connect)
     mem, backend, _ = make(tmp_path)
-    mem.apply(mem.plan([item(mem, MUG)]))
+    mem.apply(mem.plan_update([item(mem, MUG)]))
     assert mem.retrieve(MUG2)
     assert attempts == [] and backend.calls == 1
     assert telemetry.client_telemetry.posthog is None
@@ -297,7 +299,7 @@ def run_with_runner(run_dir, cache, crash_at=None):
 
     emb = HashingEmbedder(dim=64)
     backend = ScriptedBackend(runner_model, model_id="scripted-mem0")
-    client = LLMClient(backend, cache=cache, max_retries=0)
+    client = make_client(backend, cache=cache, max_retries=0)
     mem = Mem0Memory(Mem0Settings(k=2), store_dir=run_dir / "mem0", embedder=emb)
     mem.attach_llm(client)
     mem.setup(TinyEnv().tasks(), seed=3)
@@ -317,7 +319,7 @@ def run_with_runner(run_dir, cache, crash_at=None):
     try:
         runner.run(TinyEnv().tasks())
     finally:
-        snap = mem.snapshot()
+        snap = snapshot(mem)
         mem.close()
     return snap
 

@@ -24,7 +24,8 @@ from memrl.core.errors import ConfigError
 from memrl.core.records import EpisodeResult, RetrievedMemory, Step, Task, read_episodes
 from memrl.core.rundir import RunDir
 from memrl.llm.base import LLMError
-from memrl.llm.client import LLMClient
+from clients import make_client
+
 from memrl.llm.embed import HashingEmbedder
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.bank import ChromaBank
@@ -42,6 +43,7 @@ from memrl_baselines.memp import (
     parse_keywords,
     parse_procedure,
 )
+from memory_state import snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = str(ROOT / "configs")
@@ -133,7 +135,7 @@ def memp(tmp_path: Path, emb, **kw) -> MemPMemory:
 def run(run_dir: Path, env, tasks, memory, script: Script, *, epochs: int, embedder):
     backend = ScriptedBackend(script, model_id="scripted-memp")
     runner = Runner(run_dir, env=env, memory=memory,
-                    llm=LLMClient(backend, max_concurrency=1, max_retries=0),
+                    llm=make_client(backend, max_concurrency=1, max_retries=0),
                     settings=RunnerSettings(epochs=epochs, batch_size=1, progress=False), seed=0,
                     embed_intents=embedder.embed)
     runner.run(tasks)
@@ -141,7 +143,7 @@ def run(run_dir: Path, env, tasks, memory, script: Script, *, epochs: int, embed
 
 
 def bank_of(memory: MemPMemory) -> dict[str, dict]:
-    return {e["id"]: e for e in memory.snapshot()}
+    return {e["id"]: e for e in snapshot(memory)}
 
 
 def entry(memory: MemPMemory, mid: str) -> MemoryEntry:
@@ -321,7 +323,7 @@ def learn(mem: MemPMemory, task: Task, success: bool, *, llm=None, epoch: int = 
     chosen = mem.select(task, injected if injected is not None else mem.retrieve(task), llm=llm)
     res = result(success)
     d = mem.digest(task, res, epoch=epoch, llm=llm)
-    update = mem.plan([LearnItem(task=task, result=res, injected=chosen, epoch=epoch, digest=d)])
+    update = mem.plan_update([LearnItem(task=task, result=res, injected=chosen, epoch=epoch, digest=d)])
     mem.apply(update)
     return update
 
@@ -449,7 +451,7 @@ def test_plan_counts_hits_revises_and_deprecates(tmp_path):
     mid = "e001:a"
     used = mem.retrieve(tb)
     assert [m.memory_id for m in used] == [mid]
-    before = mem.snapshot()
+    before = snapshot(mem)
     # two failures in one batch both revise the memory: the later one in task order wins
     items = []
     for n, task in enumerate([tb, Task("c", "put a bowl in the sink.")]):
@@ -459,8 +461,8 @@ def test_plan_counts_hits_revises_and_deprecates(tmp_path):
         items.append(LearnItem(task=task, result=res, injected=used, epoch=2, digest=d))
     err = LearnItem(task=Task("d", "x"), result=result(True), injected=used, epoch=2, errored=True,
                     digest=None)
-    update = mem.plan(items + [err])
-    assert mem.snapshot() == before  # plan writes nothing
+    update = mem.plan_update(items + [err])
+    assert snapshot(mem) == before  # plan writes nothing
     assert update.add == [] and update.delete == []  # failures add nothing under adjustment
     fields = update.set_fields[mid]
     assert fields["visits"] == 2 and fields["extra"]["successes"] == 0  # the errored item counts not
@@ -472,10 +474,10 @@ def test_plan_counts_hits_revises_and_deprecates(tmp_path):
     res = result(False)
     d = mem.digest(tb, res, epoch=3, llm=llm)
     assert d["revisions"] == {mid: "1. revised plan"}
-    update = mem.plan([LearnItem(task=tb, result=res, injected=used, epoch=3, digest=d)])
+    update = mem.plan_update([LearnItem(task=tb, result=res, injected=used, epoch=3, digest=d)])
     assert update.delete == [mid] and mid not in update.set_fields
     mem.apply(update)
-    assert mem.snapshot() == []
+    assert snapshot(mem) == []
 
 
 def test_a_script_that_was_never_written_stores_nothing(tmp_path):
@@ -485,7 +487,7 @@ def test_a_script_that_was_never_written_stores_nothing(tmp_path):
         raise LLMError("timeout")
 
     update = learn(mem, Task("t", "heat an egg."), True, llm=FakeLLM(broken))
-    assert update.add == [] and mem.snapshot() == []
+    assert update.add == [] and snapshot(mem) == []
     d = mem.digest(Task("u", "x"), result(True), epoch=1, llm=FakeLLM(broken))
     assert d["experience"] is None and "memp-script: " in d["error"]
 
@@ -531,7 +533,7 @@ def test_applying_the_same_update_twice_leaves_the_bank_identical(tmp_path):
         res = result(ok)
         items.append(LearnItem(task=task, result=res, injected=used, epoch=2,
                                digest=once.digest(task, res, epoch=2, llm=FakeLLM(lambda p, pu: " fixed"))))
-    update = BankUpdate.from_dict(once.plan(items).to_dict())  # as journaled
+    update = BankUpdate.from_dict(once.plan_update(items).to_dict())  # as journaled
     assert update.delete == ["e001:c"] and [e.memory_id for e in update.add] == ["e002:d"]
     assert update.set_fields["e001:a"]["experience"].startswith(
         "Task: put a mug in the sink.\nOutcome: solved\nProcedure:\n1. fixed\nTrajectory:")
@@ -539,12 +541,12 @@ def test_applying_the_same_update_twice_leaves_the_bank_identical(tmp_path):
     twice.apply(update)
     twice.apply(update)  # a crash after the bank write re-applies the journal
     assert dump(once.bank) == dump(twice.bank)
-    assert once.snapshot() == twice.snapshot()
+    assert snapshot(once) == snapshot(twice)
     revised = twice.bank.get(["e001:a"], with_embeddings=True)["e001:a"]
     assert revised.experience == update.set_fields["e001:a"]["experience"]
     assert (revised.visits, revised.extra["revisions"]) == (1, 1)
     assert np.allclose(revised.embedding, emb.embed([ta.intent])[0], atol=1e-6)  # the key is kept
-    assert [e["id"] for e in twice.snapshot()] == ["e001:a", "e002:d"]
+    assert [e["id"] for e in snapshot(twice)] == ["e001:a", "e002:d"]
 
 
 # ------------------------------------------------------------------------------- config
@@ -564,7 +566,7 @@ def test_memp_composes_validates_and_builds(tmp_path):
     assert (s.build, s.retrieve, s.update, s.k) == ("proceduralization", "query", "adjustment", 3)
     assert s.deprecation.enabled and (s.deprecation.min_hits, s.deprecation.min_success_rate) == (3, 0.5)
     module = v.memory_cls.build(v.memory, run_dir=tmp_path, embedder=HashingEmbedder(dim=16))
-    assert module.needs_llm is True and module.snapshot() == []
+    assert module.needs_llm is True and snapshot(module) == []
     assert RunDir(tmp_path).bank.is_dir()
     v2 = validate(cfg("memory.build=trajectory", "memory.retrieve=random", "memory.update=validation",
                       "memory.deprecation.enabled=false"))

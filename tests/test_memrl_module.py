@@ -37,25 +37,25 @@ T3 = Task("c/3", "examine the alarmclock with the desklamp.")
 
 def test_every_episode_writes_one_memory_with_q_init(tmp_path):
     mem = make(tmp_path, delta=0.0, k1=5, k2=3)
-    mem.learn([item(T1, True), item(T3, False)])
-    snap = {e["id"]: e for e in mem.snapshot()}
+    learn(mem, [item(T1, True), item(T3, False)])
+    snap = {e["id"]: e for e in snapshot(mem)}
     assert set(snap) == {"e001:a/1", "e001:c/3"}
     assert snap["e001:a/1"]["q"] == 0.0 and snap["e001:a/1"]["success"] is True
 
 
 def test_q_init_by_outcome_switch(tmp_path):
     mem = make(tmp_path, delta=0.0, q_init_by_outcome=True)
-    mem.learn([item(T1, True), item(T3, False)])
-    assert {e["id"]: e["q"] for e in mem.snapshot()} == {"e001:a/1": 1.0, "e001:c/3": 0.0}
+    learn(mem, [item(T1, True), item(T3, False)])
+    assert {e["id"]: e["q"] for e in snapshot(mem)} == {"e001:a/1": 1.0, "e001:c/3": 0.0}
 
 
 def test_injected_memories_get_reward_update_and_errored_episodes_teach_nothing(tmp_path):
     mem = make(tmp_path, delta=0.0, alpha=0.5, reward_failure=-1.0)
-    mem.learn([item(T1, True)])
+    learn(mem, [item(T1, True)])
     got = mem.retrieve(T2)
     assert [m.memory_id for m in got] == ["e001:a/1"]
-    mem.learn([item(T2, False, injected=got, epoch=2), item(T3, True, injected=got, epoch=2, errored=True)])
-    snap = {e["id"]: e for e in mem.snapshot()}
+    learn(mem, [item(T2, False, injected=got, epoch=2), item(T3, True, injected=got, epoch=2, errored=True)])
+    snap = {e["id"]: e for e in snapshot(mem)}
     assert snap["e001:a/1"]["q"] == pytest.approx(0.5 * (-1.0 - 0.0))
     assert snap["e001:a/1"]["visits"] == 1  # the errored episode did not count
     assert "e002:c/3" not in snap  # and wrote nothing
@@ -63,18 +63,18 @@ def test_injected_memories_get_reward_update_and_errored_episodes_teach_nothing(
 
 def test_similarity_gate_blocks_unrelated_intents(tmp_path):
     mem = make(tmp_path, delta=0.9)
-    mem.learn([item(T1, True)])
+    learn(mem, [item(T1, True)])
     assert mem.retrieve(T3) == []  # unrelated: below δ, nothing injected
     assert [m.memory_id for m in mem.retrieve(T1)] == ["e001:a/1"]  # identical intent: sim 1
 
 
 def test_utility_reorders_candidates(tmp_path):
     mem = make(tmp_path, delta=-1.0, k1=2, k2=1, lam=1.0)
-    mem.learn([item(T1, True), item(T2, True)])
+    learn(mem, [item(T1, True), item(T2, True)])
     # λ=1: rank by Q only. Make the less similar memory the more useful one.
     first = mem.retrieve(T1)[0].memory_id
     assert first == "e001:a/1"  # equal Q: similarity breaks the tie
-    mem.apply(mem.plan([item(T3, True, injected=[RetrievedMemory("e001:b/2", "", "", 0.0, 0.5, 0.0)], epoch=2)]))
+    mem.apply(mem.plan_update([item(T3, True, injected=[RetrievedMemory("e001:b/2", "", "", 0.0, 0.5, 0.0)], epoch=2)]))
     assert mem.retrieve(T1)[0].memory_id == "e001:b/2"
 
 
@@ -94,9 +94,9 @@ def test_delta_auto_uses_the_run_intents_and_the_delta_in_use_is_logged(tmp_path
 
 def test_near_duplicate_intents_share_one_key(tmp_path):
     mem = make(tmp_path, delta=0.0, dedup_threshold=0.5)
-    mem.learn([item(T1, True)])
-    mem.learn([item(T2, False, epoch=2)])
-    snap = {e["id"]: e for e in mem.snapshot()}
+    learn(mem, [item(T1, True)])
+    learn(mem, [item(T2, False, epoch=2)])
+    snap = {e["id"]: e for e in snapshot(mem)}
     assert snap["e002:b/2"]["intent"] == T1.intent  # stored under the existing key
 
 
@@ -104,7 +104,7 @@ def test_new_entries_follow_the_one_recipe(tmp_path):
     """id e<epoch>:<task>, key = the runner's embedding (else computed), insertion order
     counted on from the bank, errored episodes skipped unless learn_from_errors."""
     mem = make(tmp_path, delta=0.0)
-    mem.learn([item(T1, True)])
+    learn(mem, [item(T1, True)])
     given = [0.0] * 63 + [1.0]
     a, b, c = item(T2, True, epoch=3), item(T3, False, epoch=3, errored=True), item(T1, False, epoch=3)
     a.embedding = given
@@ -132,6 +132,7 @@ def test_raw_write_mode_makes_no_model_call(tmp_path):
 
 # ------------------------------------------------ Phase-A ties, pool_by_intent, dedup, q_min
 from memrl.memory.entry import BankUpdate  # noqa: E402
+from memory_state import learn, snapshot
 
 T4 = Task("d/4", "put a clean cup in coffeemachine.")  # cos 0.83 to T1 (T2: 0.93, T3: 0)
 
@@ -144,8 +145,8 @@ def replayed(tmp_path, **kw):
     """T1 replayed for three epochs (its own memories tie at sim 1) plus one T4 memory."""
     mem = make(tmp_path, delta=0.5, k1=2, k2=2, **kw)
     for epoch in (1, 2, 3):
-        mem.learn([item(T1, False, epoch=epoch)])
-    mem.learn([item(T4, True, epoch=3)])
+        learn(mem, [item(T1, False, epoch=epoch)])
+    learn(mem, [item(T4, True, epoch=3)])
     return mem
 
 
@@ -153,7 +154,7 @@ def test_retrieve_records_the_pool_and_whether_it_was_only_the_tasks_own(tmp_pat
     mem = make(tmp_path, delta=0.5)
     got = mem.retrieve(T1)
     assert got == [] and (got.stats.pool, got.stats.own_only) == (0, False)
-    mem.learn([item(T1, True)])
+    learn(mem, [item(T1, True)])
     assert (mem.retrieve(T1).stats.pool, mem.retrieve(T1).stats.own_only) == (1, True)
     assert (mem.retrieve(T2).stats.pool, mem.retrieve(T2).stats.own_only) == (1, False)
 
@@ -177,8 +178,8 @@ def test_ties_include_lets_phase_b_choose_among_all_tied_memories(tmp_path):
 
 def test_pool_by_intent_pools_whole_buckets_of_the_top_keys(tmp_path):
     mem = make(tmp_path, delta=0.5, k1=1, k2=3, pool_by_intent=True)
-    mem.learn([item(T1, True), item(T4, True), item(T3, True)])
-    mem.learn([item(T1, False, epoch=2)])
+    learn(mem, [item(T1, True), item(T4, True), item(T3, True)])
+    learn(mem, [item(T1, False, epoch=2)])
     one = mem.retrieve(T1)  # k1 = 1 key: T1's bucket, both epochs
     assert (one.stats.pool, one.stats.own_only) == (2, True)
     assert {m.memory_id for m in one} == {"e001:a/1", "e002:a/1"}
@@ -191,9 +192,9 @@ def test_pool_by_intent_pools_whole_buckets_of_the_top_keys(tmp_path):
 
 def test_dedup_joins_the_most_similar_retrieved_key(tmp_path):
     mem = make(tmp_path, delta=0.5, k1=1, k2=3, dedup_threshold=0.9, pool_by_intent=True)
-    mem.learn([item(T1, True)])
-    mem.learn([item(T2, False, epoch=2), item(T4, False, epoch=2)])
-    snap = {e["id"]: e for e in mem.snapshot()}
+    learn(mem, [item(T1, True)])
+    learn(mem, [item(T2, False, epoch=2), item(T4, False, epoch=2)])
+    snap = {e["id"]: e for e in snapshot(mem)}
     assert snap["e002:b/2"]["intent"] == T1.intent  # cos 0.93 >= 0.9: joins T1's key
     assert snap["e002:d/4"]["intent"] == T4.intent  # cos 0.83 < 0.9: a key of its own
     got = mem.retrieve(T2)  # T2's top key is T1's, whose bucket now holds T2's own memory too
@@ -203,14 +204,14 @@ def test_dedup_joins_the_most_similar_retrieved_key(tmp_path):
 def test_dedup_only_joins_a_key_that_passes_the_gate(tmp_path):
     # δ 0.95 > cos(T1, T2) = 0.93 >= dedup 0.9: T1's key is not retrieved for T2, so no join
     mem = make(tmp_path, delta=0.95, dedup_threshold=0.9)
-    mem.learn([item(T1, True)])
-    mem.learn([item(T2, False, epoch=2)])
-    assert {e["id"]: e["intent"] for e in mem.snapshot()}["e002:b/2"] == T2.intent
+    learn(mem, [item(T1, True)])
+    learn(mem, [item(T2, False, epoch=2)])
+    assert {e["id"]: e["intent"] for e in snapshot(mem)}["e002:b/2"] == T2.intent
 
 
 def test_q_min_drops_low_utility_memories_after_the_pool_statistics(tmp_path):
     mem = make(tmp_path, delta=0.5, k1=5, k2=3, q_min=-0.8)
-    mem.learn([item(T1, True), item(T4, True)])
+    learn(mem, [item(T1, True), item(T4, True)])
     set_q(mem, e001__a_1=-0.9)
     got = mem.retrieve(T1)
     assert got.stats.pool == 2  # both were in the pool
@@ -238,7 +239,7 @@ def test_closing_a_banked_module_releases_its_bank_files(tmp_path, frozen):
     from memrl.memory.base import FrozenMemory
 
     mem = make(tmp_path, delta=0.0)
-    mem.learn([item(T1, True), item(T3, False)])
+    learn(mem, [item(T1, True), item(T3, False)])
     mem = FrozenMemory(mem) if frozen else mem
     assert mem.retrieve(T2)  # the bank is in use: its files are open
     bank = RunDir(tmp_path).bank
@@ -261,10 +262,10 @@ def test_a_crashed_episode_is_dropped_when_crashes_teach_nothing(tmp_path):
     for learns, expect_visits in ((True, 2), (False, 1)):
         mem = make(tmp_path / str(learns), delta=0.0, alpha=0.5, learn_from_errors=True,
                    learn_from_crashes=learns)
-        mem.learn([item(T1, True)])
+        learn(mem, [item(T1, True)])
         got = mem.retrieve(T2)
         assert crash(T3, got).result.crashed and not item(T2, False).result.crashed
-        mem.learn([item(T2, False, injected=got, epoch=2, errored=True), crash(T3, got)])
-        snap = {e["id"]: e for e in mem.snapshot()}
+        learn(mem, [item(T2, False, injected=got, epoch=2, errored=True), crash(T3, got)])
+        snap = {e["id"]: e for e in snapshot(mem)}
         assert snap["e001:a/1"]["visits"] == expect_visits  # the LLM error counts; the crash only if it teaches
         assert "e002:b/2" in snap and ("e002:c/3" in snap) == learns

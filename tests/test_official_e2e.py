@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from memrl.core.rundir import RunDir
+from memory_state import snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
@@ -87,7 +88,7 @@ def check_official_run(out: subprocess.CompletedProcess, run_dir: Path, env_name
 def bank_of(run_dir: Path) -> dict[str, dict]:
     from memrl.memory.bank import ChromaBank
 
-    return {e["id"]: e for e in ChromaBank(RunDir(run_dir).bank).snapshot()}
+    return {e["id"]: e for e in snapshot(ChromaBank(RunDir(run_dir).bank))}
 
 
 @pytest.mark.skipif(not ALFWORLD.is_dir(), reason=f"ALFWorld data not at {ALFWORLD}")

@@ -10,7 +10,8 @@ import pytest
 from memrl.core.records import EpisodeResult, RetrievedMemory, Step
 from memrl.env.memory_block import format_memories, own_task
 from memrl.llm.base import LLMRequest
-from memrl.llm.client import LLMClient
+from clients import make_client
+
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.retrieval import epsilon_greedy
 from memrl.memory.writer import ExperienceWriter
@@ -23,7 +24,7 @@ def _llm(answer: str | Exception, seen: list[LLMRequest]):
             raise answer
         return answer
 
-    return LLMClient(ScriptedBackend(fn), max_retries=0).episode(sample_prefix="s/e1/t", seed=0)
+    return make_client(ScriptedBackend(fn), max_retries=0).episode(sample_prefix="s/e1/t", seed=0)
 
 
 TRAJ = '[{"role": "user", "content": "Now do it."}, {"role": "assistant", "content": "Action: look"}]'

@@ -15,7 +15,8 @@ from test_alfworld_env import ALFWORLD, FakeLLM, make_env, needs_data
 
 from memrl.control.preflight import PreflightError, check_keys, preflight, table
 from memrl.llm.base import LLMResponse, ModelProbe
-from memrl.llm.client import LLMClient
+from clients import make_client
+
 from memrl.llm.embed import CachedEmbedder, LiteLLMEmbedder
 from memrl.llm.profile import ModelProfile
 from memrl.testing.fault_server import FaultServer
@@ -101,7 +102,7 @@ PROBES = [ModelProbe(role="llm", purpose="act", prompt="the first step", answer_
 
 def test_each_purpose_is_probed_with_its_own_budget_and_the_headroom():
     backend = Budgeted(reasoning=900)
-    client = LLMClient(backend, max_retries=0)
+    client = make_client(backend, max_retries=0)
     result = preflight({"llm": client}, PROBES)
     assert [(r.purpose, r.budget, r.answer_tokens) for r in result.results] == [
         ("act", 64 + 8192, 64), ("write-reflection", 160 + 8192, 160)]
@@ -113,7 +114,7 @@ def test_each_purpose_is_probed_with_its_own_budget_and_the_headroom():
 
 
 def test_a_budget_the_reasoning_spends_refuses_the_run_naming_purpose_budget_and_key():
-    client = LLMClient(Budgeted(reasoning=900, headroom=0), max_retries=6)
+    client = make_client(Budgeted(reasoning=900, headroom=0), max_retries=6)
     with pytest.raises(PreflightError) as info:
         preflight({"llm": client}, PROBES)
     message = str(info.value)
@@ -132,7 +133,7 @@ def test_a_reply_cut_at_its_budget_refuses_the_run_too():
                                finish_reason="length")
 
     with pytest.raises(PreflightError, match=r"the reply was cut at its budget of 8256 tokens"):
-        preflight({"llm": LLMClient(Cut(0), max_retries=0)}, PROBES[:1])
+        preflight({"llm": make_client(Cut(0), max_retries=0)}, PROBES[:1])
 
 
 def test_a_missing_key_of_the_embedder_is_named_before_any_call():

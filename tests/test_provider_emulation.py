@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from memrl.llm.litellm_backend import import_litellm
-from memrl.testing.fault_server import FaultPlan, FaultServer, reply_for
+from memrl.testing.fault_server import FaultPlan, FaultServer
+from memrl.testing.replies import reply_for
 from memrl.testing.provider import CATALOGUE, ProviderPlan, output_tokens, prompt_tokens, serialize
 
 KEY = "k"

@@ -16,7 +16,8 @@ import pytest
 
 from memrl.config.sections import LLMSettings
 from memrl.llm.base import LLMRequest
-from memrl.llm.client import LLMClient
+from clients import make_client
+
 from memrl.llm.factory import build_client
 from memrl.llm.ratelimit import ConcurrencyLimiter
 from memrl.llm.scripted import ScriptedBackend
@@ -138,7 +139,7 @@ def test_a_client_waits_the_shared_pause_instead_of_its_own_sleep() -> None:
         return "ok"
 
     slept: list[float] = []
-    client = LLMClient(ScriptedBackend(fn), max_concurrency=4, sleep=slept.append)
+    client = make_client(ScriptedBackend(fn), max_concurrency=4, sleep=slept.append)
     t0 = time.monotonic()
     assert client.complete(LLMRequest(messages=(("user", "x"),))).text == "ok"
     # it sleeps what is left of the shared pause, and the limiter holds it (and any other

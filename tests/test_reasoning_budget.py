@@ -10,6 +10,8 @@ import pytest
 from memrl.config.sections import LLMSettings
 from memrl.core.stops import Tripwire
 from memrl.llm.base import BudgetExhaustedError, LLMError, LLMRequest, LLMResponse
+from clients import make_client
+
 from memrl.llm.client import LLMClient
 from memrl.llm.factory import build_client
 from memrl.llm.profile import REASONING_HEADROOM, ModelProfile, Prices, litellm_profile, plain_profile
@@ -106,7 +108,7 @@ REASONER = ModelProfile(model="provider", reasoning=True, default_effort="medium
 
 
 def client_for(backend, **kw) -> LLMClient:
-    return LLMClient(backend, backoff_base=0.001, backoff_max=0.01, **kw)
+    return make_client(backend, backoff_base=0.001, backoff_max=0.01, **kw)
 
 
 def test_a_budget_that_runs_out_is_named_on_its_first_occurrence_and_not_retried() -> None:
@@ -231,9 +233,9 @@ def test_a_reply_the_content_filter_withheld_is_that_calls_failure_and_is_not_re
 
 def test_no_temperature_means_the_models_own() -> None:
     fixed = ModelProfile(model="provider", fixed_temperature=1.0)
-    client = client_for(Provider([("ok", "stop", 0)], fixed), defaults={})
+    client = client_for(Provider([("ok", "stop", 0)], fixed), defaults={"temperature": None})
     assert client.request((("user", "x"),), purpose="judge").temperature == 1.0
-    plain = client_for(Provider([("ok", "stop", 0)], plain_profile("p")), defaults={})
+    plain = client_for(Provider([("ok", "stop", 0)], plain_profile("p")), defaults={"temperature": None})
     assert plain.request((("user", "x"),), purpose="judge").temperature == 0.0
     ok = build_client(LLMSettings(name="judge", backend="litellm", model="openai/o3-mini", temperature=None,
                                   cache=False), section="env.judge")

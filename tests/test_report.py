@@ -147,7 +147,7 @@ def test_incomplete_last_epoch_is_cut(tmp_path: Path):
 
 def test_report_numbers_against_hand(runs_dir: Path, tmp_path: Path):
     out = tmp_path / "out"
-    files = R.build_report([runs_dir], out, n_boot=2000, seed=0, warn=lambda m: None)
+    files = R.write_report([runs_dir], out, n_boot=2000, seed=0, warn=lambda m: None)
     for name in ["table1.md", "table1.csv", "comparisons.md", "comparisons.csv", "curves_alfworld.png",
                  "forgetting_alfworld.png", "q_calibration.png", "q_calibration.csv",
                  "q_hist_alfworld_memrl_seed0.png", "q_hist_alfworld_memrl_seed1.png", "report.json"]:
@@ -218,7 +218,7 @@ def test_readings_name_the_forgetting_reading_and_give_pools_per_epoch(tmp_path:
     RunDir(run).episodes.write_text("".join(json.dumps(r) + "\n" for r in rows))
     for reading, used in [("skip", 1.0), ("zero", 0.5)]:
         out = tmp_path / reading
-        files = R.build_report([tmp_path / "runs"], out, n_boot=50, zero_fail=reading, warn=lambda m: None)
+        files = R.write_report([tmp_path / "runs"], out, n_boot=50, zero_fail=reading, warn=lambda m: None)
         md = files["readings.md"].read_text()
         assert f"The tables use the reading `{reading}`" in md
         # one 0/0 epoch of the two epochs >= 2; the means under both readings whichever is used
@@ -242,7 +242,7 @@ def test_lambda_grouping_three_values(tmp_path: Path):
             write_run(root / f"memory.lam={lam},seed={seed}", memory="memrl", seed=seed, S=S, lam=lam)
     write_run(root / "baseline", memory="none", seed=0, S=MATRICES[("none", 0)])
     out = tmp_path / "out"
-    files = R.build_report([root], out, n_boot=200, warn=lambda m: None)
+    files = R.write_report([root], out, n_boot=200, warn=lambda m: None)
     assert files["lambda.png"].is_file() and files["lambda.csv"].is_file()
     rows = read_csv(out / "lambda.csv")
     assert [float(r["lam"]) for r in rows] == [0.0, 0.5, 1.0]
@@ -276,7 +276,7 @@ def test_topk_grid_and_transfer_table(tmp_path: Path):
                     mode="transfer", info={"phase": "valid"})
     assert R.eval_sr_curve(R.load_run(old)) == []
     out = tmp_path / "out"
-    files = R.build_report([root], out, n_boot=200, warn=lambda m: None)
+    files = R.write_report([root], out, n_boot=200, warn=lambda m: None)
     assert files["topk_grid.png"].is_file()
     grid = {(int(r["k1"]), int(r["k2"])): float(r["last_mean"]) for r in read_csv(out / "topk_grid.csv")}
     assert grid == {(5, 1): 0.75, (5, 3): 0.75, (10, 1): 0.75, (10, 3): 0.75}
@@ -452,7 +452,7 @@ def test_readings_give_the_utility_correlation_and_the_share_from_successes(tmp_
         else:
             r["injected"] = [{"id": f"m-{r['task_id']}", "q": q[r["task_id"]] * (r["epoch"] - 1), "sim": 1.0}]
     RunDir(run).episodes.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    md = R.build_report([tmp_path / "runs"], tmp_path / "out", n_boot=50, warn=lambda m: None)["readings.md"].read_text()
+    md = R.write_report([tmp_path / "runs"], tmp_path / "out", n_boot=50, warn=lambda m: None)["readings.md"].read_text()
     # memories: t0 (Q 0.8 at its last injection, 2/2 successes), t1 (-0.8, 0/2), t2 (0.2, 1/2)
     assert "| alfworld | memrl | 3 | 6 | 0.990 [" in md and "| 1.000 [" in md  # Pearson, Spearman
     # epoch 2 and 3: the memories of t0 and t2 were written by successes, t1's by a failure

@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from memrl.memory.retrieval import PhaseBOptions, phase_a, phase_b, similarity_quantile, update_q, zscore
+from memory_state import phase_b
+
+from memrl.memory.retrieval import PhaseBOptions, phase_a, similarity_quantile, update_q, zscore
 
 
 def test_phase_a_gate_keeps_only_sims_above_delta():

@@ -28,12 +28,14 @@ from memrl.core.records import read_episodes
 from memrl.core.rundir import RunDir
 from memrl.core.stops import RunRefused, RunStopped
 from memrl.llm.bill import Spend
-from memrl.llm.client import LLMClient
+from clients import make_client
+
 from memrl.llm.embed import HashingEmbedder
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
 from memrl.metrics.compute import write_metrics
 from memrl.testing.fault_server import FaultPlan, FaultServer
+from memory_state import snapshot
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "configs"
@@ -193,7 +195,7 @@ def test_the_preflight_calls_each_model_once_and_names_the_one_that_fails(monkey
     monkeypatch.setenv(KEY, "k")
     with FaultServer(FaultPlan()) as good, FaultServer(FaultPlan(rates={"model_not_found": 1.0})) as bad:
         def client(server):
-            return LLMClient(LiteLLMBackend("openai/fault", api_base=server.api_base, api_key_env=KEY),
+            return make_client(LiteLLMBackend("openai/fault", api_base=server.api_base, api_key_env=KEY),
                              max_retries=2, backoff_base=0.001, backoff_max=0.01)
         ids = preflight({"llm": client(good)}).identities
         assert ids["llm"]["key"].startswith("openai/fault#") and ids["llm"]["api_base"] == good.api_base
@@ -364,7 +366,7 @@ def test_a_cache_write_that_fails_counts_exactly_what_was_paid(tmp_path, fails):
     cache = FullCache(tmp_path / "llm.sqlite")
     setattr(cache, fails, cache._full)
     backend = ScriptedBackend(lambda r: "ok", model_id="scripted")
-    client = LLMClient(backend, cache=cache, max_retries=0, tripwire=Tripwire())
+    client = make_client(backend, cache=cache, max_retries=0, tripwire=Tripwire())
     request = LLMRequest(messages=(("user", "hello"),), max_tokens=8)
     with pytest.raises(LLMError, match="the disk is full"):
         client.complete(request)
@@ -382,7 +384,7 @@ def make_runner(run_dir: Path, *, epochs: int = 2, batch_size: int = 2, fn=reply
     emb = HashingEmbedder(dim=32)
     memory = MemRLMemory(MemRLSettings(delta=-1.0, k1=4, k2=2), bank_dir=RunDir(run_dir).bank, embedder=emb)
     backend = ScriptedBackend(fn, model_id="scripted")
-    llm = LLMClient(backend, max_concurrency=2, max_retries=0)
+    llm = make_client(backend, max_concurrency=2, max_retries=0)
     env = TinyEnv(n_tasks=4)
     runner = Runner(run_dir, env=env, memory=memory, llm=llm, gate=gate,
                     settings=RunnerSettings(epochs=epochs, batch_size=batch_size, progress=False),
@@ -394,7 +396,7 @@ def play(run_dir: Path, **kw) -> list:
     runner, env, memory = make_runner(run_dir, **kw)
     try:
         runner.run(env.tasks())
-        return memory.snapshot()
+        return snapshot(memory)
     finally:
         memory.close()
 
@@ -644,7 +646,7 @@ def test_hosted_model_cache_keys_are_the_same_as_before():
     from memrl.llm.litellm_backend import LiteLLMBackend
     from memrl.llm.response_cache import request_key
 
-    client = LLMClient(LiteLLMBackend("openai/gpt-4o-mini"))
+    client = make_client(LiteLLMBackend("openai/gpt-4o-mini"))
     request = LLMRequest(messages=(("user", "Here is your task."),), max_tokens=64, stop=("\n",))
     assert client.cache_identity == "openai/gpt-4o-mini"
     assert request_key(client.cache_identity, request) == \
@@ -668,7 +670,7 @@ def test_the_cache_keys_on_what_a_server_serves_not_where(monkeypatch, tmp_path)
     gguf_b = [{"id": "fault", "object": "model", "created": 2, "meta": {"size": 2000, "n_params": 13}}]
 
     def ask(server) -> tuple[str, int]:
-        client = LLMClient(LiteLLMBackend("openai/fault", api_base=server.api_base, api_key_env=KEY),
+        client = make_client(LiteLLMBackend("openai/fault", api_base=server.api_base, api_key_env=KEY),
                            cache=cache, max_retries=0)
         client.complete(request)
         return client.cache_identity, server.counts()["requests"]

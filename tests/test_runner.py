@@ -13,11 +13,13 @@ from memrl.config.sections import RunnerSettings
 from memrl.control.runner import Runner
 from memrl.core.records import EpisodeResult, Step, Task, read_episodes
 from memrl.core.rundir import RunDir
-from memrl.llm.client import LLMClient
+from clients import make_client
+
 from memrl.llm.embed import HashingEmbedder
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
 from memrl.metrics.compute import write_metrics
+from memory_state import snapshot
 
 
 class CoinEnv:
@@ -52,7 +54,7 @@ def make_runner(run_dir, *, epochs=3, batch_size=2, cache=None):
     emb = HashingEmbedder(dim=32)
     memory = MemRLMemory(MemRLSettings(delta=-1.0, k1=4, k2=2), bank_dir=RunDir(run_dir).bank, embedder=emb)
     backend = ScriptedBackend(hash_model, model_id="hash")
-    llm = LLMClient(backend, cache=cache, max_concurrency=2, max_retries=0)
+    llm = make_client(backend, cache=cache, max_concurrency=2, max_retries=0)
     env = CoinEnv()
     runner = Runner(run_dir, env=env, memory=memory, llm=llm,
                     settings=RunnerSettings(epochs=epochs, batch_size=batch_size, progress=False),
@@ -63,7 +65,7 @@ def make_runner(run_dir, *, epochs=3, batch_size=2, cache=None):
 def finish(run_dir, **kw):
     runner, env, memory, backend = make_runner(run_dir, **kw)
     runner.run(env.tasks())
-    return memory.snapshot(), write_metrics(run_dir), backend
+    return snapshot(memory), write_metrics(run_dir), backend
 
 
 def test_records_bank_and_batch_start_retrieval(tmp_path):
@@ -190,7 +192,7 @@ def test_skip_solved_carries_success_without_model_calls(tmp_path):
             return EpisodeResult(success=win, reward=float(win), steps=1)
 
     backend = ScriptedBackend(hash_model)
-    runner = Runner(tmp_path, env=Flaky(), memory=Once(), llm=LLMClient(backend, max_retries=0),
+    runner = Runner(tmp_path, env=Flaky(), memory=Once(), llm=make_client(backend, max_retries=0),
                     settings=RunnerSettings(epochs=4, batch_size=2, progress=False), seed=3)
     runner.run(Flaky().tasks())
     recs = read_episodes(RunDir(tmp_path).episodes)
@@ -212,7 +214,7 @@ def test_transfer_evaluates_frozen_bank_after_each_epoch(tmp_path):
     evals = read_episodes(RunDir(tmp_path).eval_episodes)
     assert [(r.epoch, r.task_id) for r in evals] == [(e, f"v{i}") for e in (1, 2) for i in range(3)]
     assert all(r.llm_calls == 1 for r in evals)  # acting only: no experience written
-    assert len(memory.snapshot()) == 10  # only training episodes wrote memories
+    assert len(snapshot(memory)) == 10  # only training episodes wrote memories
     # epoch-1 evaluation retrieves from the bank as it stood after epoch 1 (5 memories)
     assert all(m["id"].startswith("e001:") for r in evals if r.epoch == 1 for m in r.injected)
     assert any(r.injected for r in evals)
@@ -227,14 +229,14 @@ def test_an_oracle_reads_no_memories_and_moves_no_q(tmp_path):
     no utility, while they are still written as memories (a teacher bank)."""
     runner, env, memory, _ = make_runner(tmp_path / "a", epochs=1)
     runner.run(env.tasks())  # a learner's epoch: memories with Q and visits
-    before = {e["id"]: (e["q"], e["visits"]) for e in memory.snapshot()}
+    before = {e["id"]: (e["q"], e["visits"]) for e in snapshot(memory)}
     oracle = Runner(tmp_path / "a", env=env, memory=memory, llm=runner.llm,
                     settings=RunnerSettings(epochs=2, batch_size=2, progress=False), seed=7,
                     embed_intents=runner.embed_intents, reads_memories=False)
     oracle.run(env.tasks())
     recs = [r for r in read_episodes(RunDir(tmp_path / "a").episodes) if r.epoch == 2]
     assert len(recs) == 5 and all(r.injected == [] for r in recs)
-    after = {e["id"]: (e["q"], e["visits"]) for e in memory.snapshot()}
+    after = {e["id"]: (e["q"], e["visits"]) for e in snapshot(memory)}
     assert {i: after[i] for i in before} == before  # no Q moved, no visit counted
     assert {i for i in after if i.startswith("e002:")} == {f"e002:t{i}" for i in range(5)}
 
@@ -249,7 +251,7 @@ def test_each_record_carries_its_retrieval_pool(tmp_path, ties, epoch2):
     emb = HashingEmbedder(dim=32)
     memory = MemRLMemory(MemRLSettings(delta=-1.0, k1=4, k2=2, phase_a_ties=ties),
                          bank_dir=tmp_path / "bank", embedder=emb)
-    llm = LLMClient(ScriptedBackend(hash_model, model_id="hash"), max_concurrency=2, max_retries=0)
+    llm = make_client(ScriptedBackend(hash_model, model_id="hash"), max_concurrency=2, max_retries=0)
     env = CoinEnv()
     Runner(tmp_path, env=env, memory=memory, llm=llm, seed=7, embed_intents=emb.embed,
            settings=RunnerSettings(epochs=2, batch_size=2, progress=False)).run(env.tasks())

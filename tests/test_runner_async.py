@@ -28,12 +28,14 @@ from memrl.core.records import iter_jsonl, read_episodes
 from memrl.core.rundir import RunDir
 from memrl.core.stops import RunStopped
 from memrl.journal.launches import Launch, LaunchLog
-from memrl.llm.client import LLMClient
+from clients import make_client
+
 from memrl.llm.embed import HashingEmbedder
 from memrl.llm.response_cache import ResponseCache
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
 from memrl.metrics.compute import write_metrics
+from memory_state import snapshot
 
 
 def jittery(seed: int | None = None):
@@ -58,7 +60,7 @@ def make_runner(run_dir: Path, *, epochs: int = 2, n_tasks: int = 6, width: int 
     emb = HashingEmbedder(dim=32)
     memory = MemRLMemory(MemRLSettings(delta=-1.0, k1=4, k2=2), bank_dir=RunDir(run_dir).bank, embedder=emb)
     backend = ScriptedBackend(fn or jittery(), model_id="scripted")
-    llm = LLMClient(backend, cache=cache, max_concurrency=width, max_retries=0)
+    llm = make_client(backend, cache=cache, max_concurrency=width, max_retries=0)
     env = TinyEnv(n_tasks=n_tasks)
     settings = RunnerSettings(epochs=epochs, progress=False, schedule="async", max_in_flight=width,
                               replay_from=str(replay_from) if replay_from else None,
@@ -72,7 +74,7 @@ def play(run_dir: Path, **kw):
     runner, env, memory, backend = make_runner(run_dir, **kw)
     try:
         runner.run(env.tasks())
-        return memory.snapshot(), backend
+        return snapshot(memory), backend
     finally:
         memory.close()
 
@@ -274,9 +276,9 @@ def test_a_budget_stops_an_async_run_after_committing_what_is_in_flight(tmp_path
     assert out.returncode == 0, out.stderr[-2000:]
     assert card(run_dir)["status"] == "finished" and len(read_episodes(rd.episodes)) == 8
     # the report shows the run's schedule and staleness distribution
-    from memrl.report.write import build_report
+    from memrl.report.write import write_report
 
-    files = build_report([run_dir], tmp_path / "report", n_boot=50, warn=lambda m: None)
+    files = write_report([run_dir], tmp_path / "report", n_boot=50, warn=lambda m: None)
     table = files["staleness.md"].read_text()
     stale = write_metrics(run_dir)["staleness"]
     assert "| tiny | memrl | async | 2 |" in table and f"| {stale['max']} |" in table

@@ -24,12 +24,14 @@ from tiny_env import TinyEnv, reply
 from memrl.config.sections import RunnerSettings
 from memrl.control.runner import Runner
 from memrl.core.rundir import RunDir
-from memrl.llm.client import LLMClient
+from clients import make_client
+
 from memrl.llm.embed import HashingEmbedder
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.bank import SERVER_CLAIM, BankSettings
 from memrl.memory.bankio import read_entries, resolve
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
+from memory_state import snapshot
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
@@ -242,7 +244,7 @@ def _run(run_dir: Path, bank: BankSettings) -> MemRLMemory:
                          embedder=EMB)
     env = TinyEnv(n_tasks=6)
     Runner(run_dir, env=env, memory=memory,
-           llm=LLMClient(ScriptedBackend(reply), max_concurrency=2, max_retries=0),
+           llm=make_client(ScriptedBackend(reply), max_concurrency=2, max_retries=0),
            settings=RunnerSettings(epochs=2, batch_size=2, progress=False), seed=1,
            embed_intents=EMB.embed).run(env.tasks())
     return memory
@@ -252,13 +254,13 @@ def test_chroma_server_backend_matches_the_embedded_bank(tmp_path, chroma_server
     served = BankSettings(host="127.0.0.1", port=chroma_server, collection="run-a")
     on_server = _run(tmp_path / "a", served)
     embedded = _run(tmp_path / "b", BankSettings())
-    assert on_server.snapshot() == embedded.snapshot() and len(on_server.snapshot()) == 12
+    assert snapshot(on_server) == snapshot(embedded) and len(snapshot(on_server)) == 12
     assert not (RunDir(tmp_path / "a").bank / "chroma.sqlite3").exists()  # entries live in the server
     assert json.loads((RunDir(tmp_path / "a").bank / SERVER_CLAIM).read_text())["collection"] == "run-a"
     # the same run opened again (a resumed session) finds its memories on the server
     again = MemRLMemory(MemRLSettings(delta=0.0, k1=4, k2=2, bank=served), bank_dir=RunDir(tmp_path / "a").bank,
                         embedder=EMB)
-    assert again.snapshot() == embedded.snapshot()
+    assert snapshot(again) == snapshot(embedded)
     # bank tools read a server-backed run over HTTP
     assert len(read_entries(resolve(tmp_path / "a"))) == 12
     # another run pointed at the same collection is refused instead of mixing memories

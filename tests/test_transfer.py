@@ -19,13 +19,15 @@ from memrl.config.sections import RunnerSettings
 from memrl.control.runner import Runner
 from memrl.core.records import EpisodeResult, Task, read_episodes
 from memrl.core.rundir import RunDir
-from memrl.llm.client import LLMClient
+from clients import make_client
+
 from memrl.llm.embed import HashingEmbedder
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.bank import BankSettings
 from memrl.memory.bankio import SEED_MARKER, BankSourceError, read_entries, resolve
 from memrl.memory.base import FrozenMemory, LearnItem, MemoryModule
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
+from memory_state import snapshot
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_CONFIGS = REPO / "tests" / "fixtures" / "configs"
@@ -41,7 +43,7 @@ def play(run_dir: Path, memory: MemoryModule, *, epochs: int, model: str = "scri
     backend = ScriptedBackend(reply, model_id=model)
     env = TinyEnv(n_tasks=6)
     memory.setup(env.tasks())
-    Runner(run_dir, env=env, memory=memory, llm=LLMClient(backend, max_concurrency=2, max_retries=0),
+    Runner(run_dir, env=env, memory=memory, llm=make_client(backend, max_concurrency=2, max_retries=0),
            settings=RunnerSettings(epochs=epochs, batch_size=2, progress=False), seed=5,
            embed_intents=EMB.embed).run(env.tasks())
     return backend
@@ -54,7 +56,7 @@ def prefixed(snapshot: list[dict]) -> list[dict]:
 def test_frozen_transfer_uses_the_source_bank_as_is(tmp_path):
     source = tmp_path / "a"
     trained = train(source, epochs=2)
-    src_snapshot, src_hash = trained.snapshot(), tree_hash(source)
+    src_snapshot, src_hash = snapshot(trained), tree_hash(source)
     mem = seeded(tmp_path / "b", source, frozen=True)
     assert isinstance(mem, FrozenMemory) and isinstance(mem.inner, MemRLMemory)
     assert not isinstance(seeded(tmp_path / "u", source, frozen=False), FrozenMemory)
@@ -68,16 +70,16 @@ def test_frozen_transfer_uses_the_source_bank_as_is(tmp_path):
     assert all(r.llm_calls == 1 for r in recs)  # act only: a frozen bank writes no memories
     injected = [m["id"] for r in recs for m in r.injected]
     assert injected and all(i.startswith("init:") for i in injected)
-    assert mem.snapshot() == prefixed(src_snapshot)  # no Q update, no visit, no new entry
+    assert snapshot(mem) == prefixed(src_snapshot)  # no Q update, no visit, no new entry
     assert tree_hash(source) == src_hash  # the source run is untouched
 
 
 def test_unfrozen_seed_keeps_learning_without_replacing_seeded_memories(tmp_path):
     source = tmp_path / "a"
-    src_snapshot = train(source, epochs=1).snapshot()
+    src_snapshot = snapshot(train(source, epochs=1))
     mem = seeded(tmp_path / "b", source, frozen=False)
     play(tmp_path / "b", mem, epochs=1)
-    snap = {e["id"]: e for e in mem.snapshot()}
+    snap = {e["id"]: e for e in snapshot(mem)}
     seeded_ids = {"init:" + e["id"] for e in src_snapshot}
     assert seeded_ids <= set(snap)  # the new run's e001:* memories did not overwrite them
     assert {i for i in snap if not i.startswith("init:")} == {f"e001:t{i}" for i in range(6)}
@@ -92,12 +94,12 @@ def test_resume_does_not_seed_again(tmp_path):
 
     first = seeded(tmp_path / "resumed", source, frozen=False)
     play(tmp_path / "resumed", first, epochs=1)
-    after_one = first.snapshot()
+    after_one = snapshot(first)
     train(source, epochs=2)  # the source moves on: a resumed run must not pick that up
     again = seeded(tmp_path / "resumed", source, frozen=False)  # a new process, same run
-    assert again.snapshot() == after_one  # nothing re-seeded at start
+    assert snapshot(again) == after_one  # nothing re-seeded at start
     play(tmp_path / "resumed", again, epochs=2)
-    assert again.snapshot() == straight.snapshot()  # same end state as one session
+    assert snapshot(again) == snapshot(straight)  # same end state as one session
     marker = json.loads((RunDir(tmp_path / "resumed").bank / SEED_MARKER).read_text())
     assert marker["status"] == "done" and marker["entries"] == 6
 
@@ -105,13 +107,13 @@ def test_resume_does_not_seed_again(tmp_path):
 def test_a_seed_interrupted_while_copying_is_completed(tmp_path):
     source = tmp_path / "a"
     train(source, epochs=1)
-    full = seeded(tmp_path / "full", source, frozen=True).snapshot()
+    full = snapshot(seeded(tmp_path / "full", source, frozen=True))
     partial = RunDir(tmp_path / "partial").bank
     from memrl.memory.bank import ChromaBank
     from memrl.memory.bankio import renamed, write_entries
     write_entries(ChromaBank(partial), renamed(read_entries(resolve(source))[:2], "init:"))
     (partial / SEED_MARKER).write_text(json.dumps({"status": "copying"}))
-    assert seeded(tmp_path / "partial", source, frozen=True).snapshot() == full
+    assert snapshot(seeded(tmp_path / "partial", source, frozen=True)) == full
 
 
 def test_seeding_refuses_a_bank_that_already_holds_memories(tmp_path):
@@ -135,7 +137,7 @@ def test_seeding_refuses_another_embedder(tmp_path):
     out.with_name("a.jsonl.meta.json").unlink()
     with pytest.raises(BankSourceError, match="32 dimensions"):
         seeded(tmp_path / "c", out, frozen=True, embedder=HashingEmbedder(dim=64))
-    assert len(seeded(tmp_path / "d", out, frozen=True).snapshot()) == 6
+    assert len(snapshot(seeded(tmp_path / "d", out, frozen=True))) == 6
 
 
 def test_frozen_is_generic_for_banked_baselines(tmp_path):
@@ -146,17 +148,17 @@ def test_frozen_is_generic_for_banked_baselines(tmp_path):
     task = Task("t0", "stack the red block on the table")
     result = EpisodeResult(success=True, reward=1.0, steps=1)
     assert rag.digest(task, result, epoch=1, llm=None) is None
-    update = rag.plan([LearnItem(task=task, result=result, injected=[], epoch=1,
+    update = rag.plan_update([LearnItem(task=task, result=result, injected=[], epoch=1,
                                  digest={"experience": "x"}, embedding=EMB.embed([task.intent])[0].tolist())])
     assert update.is_empty()
     unfrozen = RAGMemory(RAGSettings(k=2), bank_dir=tmp_path / "bank2", embedder=EMB)
-    learnt = unfrozen.plan([LearnItem(task=task, result=result, injected=[], epoch=1,
+    learnt = unfrozen.plan_update([LearnItem(task=task, result=result, injected=[], epoch=1,
                                       digest=unfrozen.digest(task, result, epoch=1, llm=None),
                                       embedding=EMB.embed([task.intent])[0].tolist())])
     assert not learnt.is_empty()
     rag.apply(learnt)
-    assert rag.snapshot() == [] and rag.bank.next_order == 0  # a frozen bank is never written
-    assert rag.inner.plan([LearnItem(task=task, result=result, injected=[], epoch=1)]).add  # the module itself learns
+    assert snapshot(rag) == [] and rag.bank.next_order == 0  # a frozen bank is never written
+    assert rag.inner.plan_update([LearnItem(task=task, result=result, injected=[], epoch=1)]).add  # the module itself learns
 
 
 def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -202,16 +204,16 @@ def test_transfer_command_end_to_end_and_resume(tmp_path):
 def test_init_q_reset_starts_seeded_memories_afresh(tmp_path):
     source = tmp_path / "a"
     trained = train(source, epochs=3)
-    src = {e["id"]: e for e in trained.snapshot()}
+    src = {e["id"]: e for e in snapshot(trained)}
     assert any(e["q"] != 0.0 for e in src.values()) and any(e["visits"] for e in src.values())
     kept = MemRLMemory(MemRLSettings(delta=0.0, k1=4, k2=2, bank=BankSettings(init_from=str(source))),
                        bank_dir=tmp_path / "keep" / "bank", embedder=EMB)
-    assert {e["id"]: (e["q"], e["visits"]) for e in kept.snapshot()} == \
+    assert {e["id"]: (e["q"], e["visits"]) for e in snapshot(kept)} == \
         {"init:" + i: (e["q"], e["visits"]) for i, e in src.items()}
     reset = MemRLMemory(MemRLSettings(delta=0.0, k1=4, k2=2, q_init=0.25,
                                       bank=BankSettings(init_from=str(source), init_q="reset")),
                         bank_dir=tmp_path / "reset" / "bank", embedder=EMB)
-    snap = reset.snapshot()
+    snap = snapshot(reset)
     assert len(snap) == len(src) and all(e["q"] == 0.25 and e["visits"] == 0 for e in snap)
     assert [e["experience"] for e in snap] == [src[e["id"][len("init:"):]]["experience"] for e in snap]
     facts = reset.setup(TinyEnv(n_tasks=6).tasks())["bank"]["init_from"]
@@ -241,8 +243,8 @@ def test_failed_attempts_outrank_the_teacher_unless_they_start_below_it(tmp_path
     task = TinyEnv(n_tasks=1).tasks()[0]
     first = mem.retrieve(task)
     assert [m.memory_id for m in first] == ["init:e001:t0"]
-    mem.apply(mem.plan([_failed_student_episode(task, first)]))
-    snap = {e["id"]: e["q"] for e in mem.snapshot()}
+    mem.apply(mem.plan_update([_failed_student_episode(task, first)]))
+    snap = {e["id"]: e["q"] for e in snapshot(mem)}
     assert snap["init:e001:t0"] == pytest.approx(-0.3)
     assert snap["e001:t0"] == (0.0 if q_init_failed is None else -1.0)
     top = mem.retrieve(task)[0].memory_id

@@ -31,12 +31,12 @@ def check(overrides: Sequence[str]) -> tuple[Any, str]:
     from memrl.config.validate import validate
     from memrl.control.plan import compose
     from memrl.control.preflight import check_keys, preflight, run_clients
-    from memrl.control.wiring import build
+    from memrl.control.wiring import wire
 
     v = validate(compose(list(overrides)))
     with tempfile.TemporaryDirectory(prefix="memrl-check-") as tmp:
         try:
-            objs = build(v, Path(tmp))
+            objs = wire(v, Path(tmp))
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
         try:

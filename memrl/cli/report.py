@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from memrl.metrics.compute import ZERO_FAIL_READINGS
-from memrl.report import build_report
+from memrl.report import write_report
 from memrl.report.grouping import REFERENCE
 
 
@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl report") -> int:
                     help="an epoch with no failure (FR = 0/0): count it as 0 (default) or leave it out")
     args = ap.parse_args(argv)
     try:
-        files = build_report(args.paths, args.out, n_boot=args.n_boot, seed=args.seed,
+        files = write_report(args.paths, args.out, n_boot=args.n_boot, seed=args.seed,
                              reference=args.reference, zero_fail=args.forgetting_zero_fail,
                              warn=lambda m: print(m, file=sys.stderr))
     except (FileNotFoundError, ValueError) as exc:

@@ -36,7 +36,7 @@ from memrl.core.stops import STORAGE
 from memrl.core.storage import StorageError
 from memrl.journal.commit import Checkpoint, RunJournal
 from memrl.journal.launches import LaunchLog
-from memrl.journal.recording import episode_record, mark_written, memory_texts
+from memrl.journal.commit_log import episode_record, mark_written, memory_texts
 from memrl.llm.client import LLMClient
 from memrl.memory.base import LearnItem, MemoryModule
 
@@ -178,7 +178,7 @@ class Runner:
                 r["bank_version"], r["staleness"] = bank_versions[i], self.version + i - bank_versions[i]
         errored = self.gate.after_batch(records, epoch=epoch, batch=batch, errored_before=errored_before,
                                         epoch_size=epoch_size)
-        update = self.memory.plan([item for _, item in played]) if learn else None
+        update = self.memory.plan_update([item for _, item in played]) if learn else None
         if update is not None:
             mark_written(records, update)
         texts = memory_texts(item.injected for _, item in played)

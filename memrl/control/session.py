@@ -102,7 +102,7 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
     from memrl.control.preflight import check_keys, preflight, run_clients
     from memrl.control.runner import Runner
     from memrl.control.tracking import make_epoch_logger
-    from memrl.control.wiring import build
+    from memrl.control.wiring import wire
     from memrl.core.storage import writing
     from memrl.llm import faults
     from memrl.llm.bill import sessions_spend
@@ -110,7 +110,7 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
     from memrl.report.plots import write_run_plots
 
     with env_errors():
-        objs = build(v, rd.root)
+        objs = wire(v, rd.root)
     clients = run_clients(objs.llm, [objs.env, objs.eval_env])
     for client in clients.values():
         client.tripwire = tripwire

@@ -174,11 +174,11 @@ class WandbLogger(EpochLogger):
     def log_report(self) -> None:
         """This run's report and per-run plots as one artifact; a failure to build it is
         logged, never raised (the run itself is done)."""
-        from memrl.report import build_report
+        from memrl.report import write_report
 
         rd = self.run_dir
         try:
-            build_report([rd.root], rd.report, n_boot=2000, warn=log.warning)
+            write_report([rd.root], rd.report, n_boot=2000, warn=log.warning)
         except Exception as exc:  # noqa: BLE001 - tracking must never fail the run
             log.warning("wandb: no report artifact (%s: %s)", type(exc).__name__, exc)
             return

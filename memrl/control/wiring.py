@@ -18,7 +18,7 @@ from memrl.memory.base import MemoryModule
 
 
 @dataclass
-class Built:
+class Wired:
     env: Env
     memory: MemoryModule
     llm: LLMClient | None
@@ -38,7 +38,7 @@ def eval_settings(v: Validated) -> EnvSettings:
         raise ConfigError(f"runner.eval_split: {exc.errors()[0]['msg']}") from exc
 
 
-def build(v: Validated, run_dir: Path) -> Built:
+def wire(v: Validated, run_dir: Path) -> Wired:
     embedder = build_embedder(v.embedder)
     memory = v.memory_cls.build(v.memory, run_dir=run_dir, embedder=embedder)
     env = v.env_cls(v.env, agent=v.agent.name)
@@ -47,4 +47,4 @@ def build(v: Validated, run_dir: Path) -> Built:
     eval_env = None
     if v.runner.mode == "transfer":
         eval_env = v.env_cls(eval_settings(v), agent=v.agent.name)
-    return Built(env=env, memory=memory, llm=llm, embedder=embedder, eval_env=eval_env)
+    return Wired(env=env, memory=memory, llm=llm, embedder=embedder, eval_env=eval_env)

@@ -328,7 +328,7 @@ def plot(res: DemoResult, path: Path) -> Path:
 
 def write(res: DemoResult) -> dict[str, Path]:
     from memrl.core.records import write_json_atomic
-    from memrl.report import build_report
+    from memrl.report import write_report
 
     out = res.out
     text = render(res)
@@ -337,7 +337,7 @@ def write(res: DemoResult) -> dict[str, Path]:
     write_json_atomic(files["demo.json"], res.to_dict())
     plot(res, files["demo.png"])
     report_dir = out / "report"
-    build_report([out / m for m in res.sr], report_dir, warn=lambda m: None)
+    write_report([out / m for m in res.sr], report_dir, warn=lambda m: None)
     (report_dir / "demo.md").write_text(text, encoding="utf-8")
     plot(res, report_dir / "demo.png")
     files["report"] = report_dir

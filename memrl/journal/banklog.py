@@ -1,7 +1,7 @@
 """`bank_updates.jsonl`: what each commit did to the memory bank, one line per batch.
 
 A bank keeps only each memory's current Q; this log keeps its history. The runner appends
-one line per committed batch (memrl.journal.recording.CommitLog, as part of the commit protocol:
+one line per committed batch (memrl.journal.commit_log.CommitLog, as part of the commit protocol:
 after the episode records, before the checkpoint), for every memory module (a module
 without a bank writes empty lines):
 

@@ -17,7 +17,7 @@ is restored from its copy, the bank's entry count is checked against the checkpo
 bank-update lines beyond the checkpoint are dropped, and a journal newer than the checkpoint
 is re-applied, so a replayed commit appends each line exactly once. A batch that never
 reached its journal is replayed; the response cache makes that replay free and identical.
-What the records and the logs hold is built by memrl.journal.recording.
+What the records and the logs hold is built by memrl.journal.commit_log.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from memrl.core.records import Task, append_jsonl, rewrite_jsonl, write_json_ato
 from memrl.core.rundir import RunDir
 from memrl.core.storage import writing
 from memrl.journal import recovery
-from memrl.journal.recording import CommitLog
+from memrl.journal.commit_log import CommitLog
 from memrl.memory.entry import BankUpdate
 
 if TYPE_CHECKING:

@@ -6,8 +6,7 @@ run's totals (memrl.llm.accounting), the bill of a call's tries (memrl.llm.bill)
 
 Interface contract:
 
-    client = LLMClient(backend, cache=ResponseCache(path), max_concurrency=8, max_retries=6,
-                       defaults=dict(max_tokens=..., temperature=..., top_p=...))
+    client = build_client(settings)           # memrl.llm.factory: from the model's validated section
     resp = client.complete(LLMRequest(...))   # cached, retried, counted
     ep = client.episode(sample_prefix="seed0/e1/task-id", seed=123)
     text = ep.complete("prompt text" or [(role, content), ...], purpose="act", stop=("\\n",))
@@ -132,27 +131,34 @@ class LLMClient:
         self,
         backend: Backend,
         cache: ResponseCache | None = None,
-        max_concurrency: int = 8,
-        max_retries: int = 6,
-        backoff_base: float = 1.0,
-        backoff_max: float = 60.0,
-        defaults: Mapping[str, Any] | None = None,
+        *,
+        max_concurrency: int,
+        max_retries: int,
+        backoff_base: float,
+        backoff_max: float,
+        adaptive: bool,
+        rpm: int | None,
+        tpm: int | None,
+        defaults: Mapping[str, Any],
         sleep: Callable[[float], None] = time.sleep,
         tripwire: Tripwire | None = None,
-        adaptive: bool = True,
-        rpm: int | None = None,
-        tpm: int | None = None,
         section: str = "llm",
     ) -> None:
+        """Every setting comes from the model's validated section (memrl.llm.factory.build_client:
+        the schema, memrl.config.sections.ModelSettings, owns each default); `defaults` holds
+        the sampling settings a caller may leave unnamed (temperature, top_p, max_tokens)."""
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
+        missing = sorted({"temperature", "top_p", "max_tokens"} - set(defaults))
+        if missing:
+            raise ValueError(f"defaults: the client's sampling defaults lack {missing}")
         self.backend = backend
         self.cache = cache
         self.max_concurrency = max_concurrency
         self.max_retries = max(0, int(max_retries))
         self.backoff_base = float(backoff_base)
         self.backoff_max = float(backoff_max)
-        self.defaults: dict[str, Any] = dict(defaults or {})
+        self.defaults: dict[str, Any] = dict(defaults)
         self._sleep = sleep
         # the in-flight bound: halves on 429s, recovers additively, pauses every caller for
         # a Retry-After, paced by rpm / tpm when given (memrl.llm.ratelimit)
@@ -184,7 +190,7 @@ class LLMClient:
         """The request of one call: the client's defaults where the caller names nothing, and
         the completion budget of the profile's rule (memrl.llm.profile)."""
         d = self.defaults
-        answer = int(max_tokens if max_tokens is not None else d.get("max_tokens", 256))
+        answer = int(max_tokens if max_tokens is not None else d["max_tokens"])
         if temperature is None:
             temperature = d.get("temperature")
         if temperature is None:  # the model's own: its one temperature, else greedy
@@ -193,7 +199,7 @@ class LLMClient:
             messages=safe(messages),  # a prompt quotes sandbox output: made safe once (memrl.core.safe_text)
             max_tokens=self.profile.budget(answer),
             temperature=float(temperature),
-            top_p=float(d.get("top_p", 1.0)),
+            top_p=float(d["top_p"]),
             stop=tuple(stop),
             sample_id=sample_id,
             seed=seed,

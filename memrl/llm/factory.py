@@ -101,11 +101,7 @@ def build_client(settings: ModelSettings, section: str = "llm") -> LLMClient:
     cache = None
     if s.cache:
         cache = ResponseCache(s.cache_path or default_cache_dir() / LLM_CACHE)
-    defaults = {
-        name: getattr(s, name)
-        for name in ("temperature", "top_p", "max_tokens")
-        if getattr(s, name) is not None
-    }
+    defaults = {name: getattr(s, name) for name in ("temperature", "top_p", "max_tokens")}  # None: the model's own
     return LLMClient(
         backend,
         cache=cache,

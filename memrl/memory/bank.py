@@ -11,7 +11,7 @@ import gc
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Iterator, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -263,8 +263,3 @@ class ChromaBank:
                 n += 1
         return n
 
-    def snapshot(self) -> list[dict[str, Any]]:
-        """A comparable dump (ids, texts, Q, visits) used by tests and run cards."""
-        return [{"id": e.memory_id, "intent": e.intent, "experience": e.experience,
-                 "q": round(e.q, 12), "visits": e.visits, "success": e.success}
-                for e in self.iter_entries()]

@@ -1,20 +1,9 @@
-"""The memory seam. MemRL and every baseline implement the same calls, so a run differs
-only by `memory=<name>`.
-
-The two calls of docs/design.md §3 are `retrieve(task)` and `learn(episodes)`. `learn` is split in
-three so a batch can be journaled and a crashed run resumed exactly:
-
-- `select`  per episode, in the worker thread, before the episode: model-side filtering of
-            what `retrieve` returned (Self-RAG); default keeps all.
-- `digest`  per episode, in the episode's worker thread: model work that depends only on
-            the episode (e.g. writing a script or a reflection). No bank access.
-- `plan`    per batch, in task order: the bank changes as absolute values (`BankUpdate`).
-            Reads the bank as of batch start; writes nothing.
-- `apply`   writes a planned update. Idempotent.
-
-`EntryMemory` holds the one recipe by which a module turns a batch's episodes into new
-bank entries (`new_entries`); `BankedMemory` adds the Chroma bank; `FrozenMemory` wraps a
-banked module whose bank is frozen (retrieve only).
+"""The memory seam (docs/design.md §3, "Memory module"): the calls every memory module answers
+(`retrieve`, `select`, `digest`, `plan_update`, `apply`, `model_probes`), so a run differs only
+by `memory=<name>`. `EntryMemory` holds the one recipe by which a module turns a batch's
+episodes into new bank entries (`new_entries`); `BankedMemory` adds the Chroma bank and the
+bank options (docs/design.md §3, `memory.bank`); `FrozenMemory` wraps a banked module whose bank
+is frozen (retrieve only).
 """
 
 from __future__ import annotations
@@ -101,17 +90,10 @@ class MemoryModule(ABC):
         return None
 
     @abstractmethod
-    def plan(self, items: list[LearnItem]) -> BankUpdate: ...
+    def plan_update(self, items: list[LearnItem]) -> BankUpdate: ...
 
     def apply(self, update: BankUpdate) -> None:
         return None
-
-    def learn(self, items: list[LearnItem]) -> None:
-        self.apply(self.plan(items))
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        """A comparable dump of the module's state (the bank), for tests and resume checks."""
-        return []
 
     def model_probes(self, task: Task) -> list["ModelProbe"]:
         """The model calls the module makes around an episode of `task` (writing, judging),
@@ -200,7 +182,7 @@ class BankedMemory(EntryMemory):
     - `bank.init_from`: before anything else, an empty run bank is seeded with a copy of
       another bank (`bankio.seed_once`: once per run; a resumed run keeps its own bank);
       `bank.init_q: reset` starts the copies at the module's `q_init` with no visits;
-    - `bank.frozen`: retrieve only. `build` wraps the module in `FrozenMemory`: no plan, no
+    - `bank.frozen`: retrieve only. `build` wraps the module in `FrozenMemory`: no planned update, no
       digest (no model call), no apply, whatever the module does otherwise.
     """
 
@@ -239,9 +221,6 @@ class BankedMemory(EntryMemory):
     def apply(self, update: BankUpdate) -> None:
         self.bank.apply(update)  # an added id that exists is replaced (upsert)
 
-    def snapshot(self) -> list[dict[str, Any]]:
-        return self.bank.snapshot()
-
     def bank_state(self, ids: list[str] | None) -> dict[str, dict[str, Any]] | None:
         entries = self.bank.iter_entries() if ids is None else self.bank.get(ids).values()
         return {e.memory_id: {"q": float(e.q), "visits": int(e.visits), "intent": e.intent,
@@ -253,7 +232,7 @@ class BankedMemory(EntryMemory):
 
 class FrozenMemory(MemoryModule):
     """A banked module with its bank frozen (`bank.frozen`): it retrieves (and selects) as
-    the module does, and learns nothing: `plan` is empty, `digest` makes no model call,
+    the module does, and learns nothing: `plan_update` is empty, `digest` makes no model call,
     `apply` writes nothing. Everything else is the wrapped module's."""
 
     def __init__(self, inner: BankedMemory) -> None:
@@ -283,7 +262,7 @@ class FrozenMemory(MemoryModule):
                llm: "EpisodeLLM | None") -> dict[str, Any] | None:
         return None
 
-    def plan(self, items: list[LearnItem]) -> BankUpdate:
+    def plan_update(self, items: list[LearnItem]) -> BankUpdate:
         return BankUpdate()
 
     def apply(self, update: BankUpdate) -> None:
@@ -291,9 +270,6 @@ class FrozenMemory(MemoryModule):
 
     def entry_count(self) -> int | None:
         return self.inner.entry_count()
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        return self.inner.snapshot()
 
     def bank_state(self, ids: list[str] | None) -> dict[str, dict[str, Any]] | None:
         return self.inner.bank_state(ids)

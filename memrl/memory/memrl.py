@@ -177,7 +177,7 @@ class MemRLMemory(BankedMemory):
         if not self.s.write_memories:
             return None
         if self.skips(bool(result.errors), result.crashed):
-            return None  # `plan` skips an errored episode: spend no writer call on it
+            return None  # `plan_update` skips an errored episode: spend no writer call on it
         return self.writer.write(task.intent, result, llm if self.s.write_mode == "llm" else None)
 
     def model_probes(self, task: Task) -> list[Any]:
@@ -187,7 +187,7 @@ class MemRLMemory(BankedMemory):
     def reward(self, success: bool) -> float:
         return self.s.reward_success if success else self.s.reward_failure
 
-    def plan(self, items: list[LearnItem]) -> BankUpdate:
+    def plan_update(self, items: list[LearnItem]) -> BankUpdate:
         update = BankUpdate()
         used = sorted({m.memory_id for it in items for m in it.injected})
         current = self.bank.get(used)
@@ -218,7 +218,7 @@ class MemRLMemory(BankedMemory):
         """The key (intent text, embedding) a new memory is filed under: the task's own intent,
         or -- with `dedup_threshold` -- the most similar existing key when cos ≥ the threshold
         and the key passes the similarity gate (the official code only joins a key that was
-        retrieved for the task). `plan` runs against the bank as of batch start, i.e. the
+        retrieved for the task). `plan_update` runs against the bank as of batch start, i.e. the
         bank the batch's retrievals saw."""
         intent, own = super()._entry_key(it)
         if self.s.dedup_threshold is None:

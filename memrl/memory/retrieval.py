@@ -192,12 +192,6 @@ def rank_pool(sims: np.ndarray, qs: np.ndarray, opts: PhaseBOptions) -> tuple[np
     return order, scores
 
 
-def phase_b(sims: np.ndarray, qs: np.ndarray, opts: PhaseBOptions) -> tuple[np.ndarray, np.ndarray]:
-    """Rank a candidate pool; returns (indices into the pool of the top-k2, all scores)."""
-    order, scores = rank_pool(sims, qs, opts)
-    return order[: opts.k2], scores
-
-
 def epsilon_greedy(ranked: np.ndarray, k: int, epsilon: float, rng: np.random.Generator,
                    random_order: bool = False) -> np.ndarray:
     """The top-k of `ranked`, or with probability ε k of them drawn uniformly without

@@ -9,7 +9,7 @@ One module per job:
 - `series`    the numbers behind the figures (curves, parameter sweeps, top-k grid, Q views);
 - `figures`   the figures themselves;
 - `readings`  readings.md: the forgetting reading in use, and what retrieval pools held per epoch;
-- `build`     `build_report`, which writes all of them into one folder.
+- `build`     `write_report`, which writes all of them into one folder.
 
 Command line: ``memrl report RUN_OR_MULTIRUN_DIR... --out DIR`` (also
 ``python -m memrl.cli report`` and ``python scripts/report.py``; memrl/cli/report.py).
@@ -20,8 +20,8 @@ from memrl.report.runs import Run, find_runs, load_run
 from memrl.report.series import injected_q_by_epoch
 from memrl.report.stats import mcnemar, paired_bootstrap, t_interval
 from memrl.report.tables import eval_sr_curve
-from memrl.report.write import build_report
+from memrl.report.write import write_report
 
-__all__ = ["Group", "Run", "build_report", "eval_sr_curve", "find_runs", "group_runs",
+__all__ = ["Group", "Run", "write_report", "eval_sr_curve", "find_runs", "group_runs",
            "injected_q_by_epoch", "load_run", "mcnemar", "paired_bootstrap", "swept_keys",
            "t_interval"]

@@ -1,4 +1,4 @@
-"""`build_report`: every table and figure of the report for a set of run directories."""
+"""`write_report`: every table and figure of the report for a set of run directories."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from memrl.report.tables import (
 )
 
 
-def build_report(paths: Sequence[str | Path], out: str | Path, *, n_boot: int = 10_000,
+def write_report(paths: Sequence[str | Path], out: str | Path, *, n_boot: int = 10_000,
                  seed: int = 0, reference: str = REFERENCE, zero_fail: ZeroFail = "zero",
                  warn: Callable[[str], None] = print) -> dict[str, Path]:
     """Write every table and figure into `out`; returns {name: path} of the files written."""

@@ -73,9 +73,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from memrl.testing.provider import (GOOGLE_BAD_KEY, GOOGLE_NO_KEY, Provider, ProviderPlan, google_error,
                                     not_found, provider_route)
-from memrl.testing.replies import (  # noqa: F401 - re-exported: tests import them from here
-    _receptacles, alfworld_action, apply_stop, episode_start, expert_action, reply_for, request_messages,
-    text_of)
+from memrl.testing.replies import apply_stop, reply_for, request_messages, text_of
 
 TRANSIENT_FAULTS = ("rate_limit_retry_after", "rate_limit", "server_error", "unavailable", "hang",
                     "truncated_json", "empty_content", "no_action")

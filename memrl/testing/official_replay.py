@@ -221,7 +221,7 @@ def replay(memory_settings: Any, stream: Stream, batch_size: int, *, own_key_fal
                                            digest={"experience": t.task.intent, "kind": "raw"},
                                            embedding=[float(x) for x in t.vector]))
                     rows.append((f"e{epoch:03d}:{t.task.task_id}", t.task.intent, t.vector, success, sel, keys))
-                ours.apply(ours.plan(items))
+                ours.apply(ours.plan_update(items))
                 ref.learn(rows)
     finally:
         ours.close()
@@ -262,7 +262,7 @@ def saturation(memory_settings: Any, stream: Stream, batch_size: int = 1) -> dic
                                                injected=list(g), epoch=epoch,
                                                digest={"experience": t.task.intent, "kind": "raw"},
                                                embedding=[float(x) for x in t.vector]))
-                    mem.apply(mem.plan(items))
+                    mem.apply(mem.plan_update(items))
         finally:
             mem.close()
     return {int(e): v for e, v in retrieval_by_epoch(records).items()}
