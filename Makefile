@@ -46,7 +46,7 @@ BCB_CHECKER ?= bigcodebench
 BCB_CHECKER_DEPS ?= appdirs fire multipledispatch pqdm tempdir termcolor tree-sitter \
 	tree-sitter-python wget bounded-pool-executor
 
-.PHONY: system-deps setup test bcb-eval-deps bcb-canonical reproduce-bcb bench-throughput bench-memory merge-llb transfer transfer-hle data-hle reproduce-hle db-up db-down db-status gold-db rootfs gold-os reproduce-llb test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
+.PHONY: system-deps setup test lint bcb-eval-deps bcb-canonical reproduce-bcb bench-throughput bench-memory merge-llb transfer transfer-hle data-hle reproduce-hle db-up db-down db-status gold-db rootfs gold-os reproduce-llb test-fast demo reproduce-alfworld data-alfworld expert-check report sweep-lambda clean-runs
 
 setup: $(STAMP)
 
@@ -86,6 +86,10 @@ system-deps:
 
 test: setup
 	$(PY) -m pytest -q
+
+# the linter's rules live in pyproject.toml ([tool.ruff]); CI runs it before the tests
+lint: setup
+	$(VENV)/bin/ruff check .
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"

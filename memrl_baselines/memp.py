@@ -75,20 +75,23 @@ _KEYS = {PURPOSE_SCRIPT: "memory.writer.script_max_tokens", PURPOSE_KEYWORDS: "m
          PURPOSE_ADJUST: "memory.writer.adjust_max_tokens"}
 
 # ------------------------------------------------------------------------------- prompts
-SCRIPT_PROMPT = """Below is one attempt by an agent at a task. Turn it into a procedure that an agent could follow on other tasks of the same kind.
+SCRIPT_PROMPT = """Below is one attempt by an agent at a task. \
+Turn it into a procedure that an agent could follow on other tasks of the same kind.
 
 Task: {intent}
 Result: {result}
 Attempt:
 {trajectory}
 
-Write the procedure as a few short numbered steps, one line each. Speak of kinds of things and places rather than particular numbered ones, keep the steps that moved the task forward and drop the wasted ones.{hint}
+Write the procedure as a few short numbered steps, one line each. Speak of kinds of things and places rather than \
+particular numbered ones, keep the steps that moved the task forward and drop the wasted ones.{hint}
 Procedure:
 1."""
 
 SCRIPT_FAILURE_HINT = " The attempt did not succeed, so write the steps that should have been taken."
 
-KEYWORD_PROMPT = """Pick out the key words of a task: the objects, places and actions that matter for doing it. Write at most {n} of them on one line, separated by commas.
+KEYWORD_PROMPT = """Pick out the key words of a task: the objects, places and actions that matter for doing it. \
+Write at most {n} of them on one line, separated by commas.
 
 Task: heat some bread and put it on the table.
 Key words: heat, bread, table
@@ -96,7 +99,9 @@ Key words: heat, bread, table
 Task: {intent}
 Key words:"""
 
-ADJUST_PROMPT = """An agent was given the remembered procedure below for a new task, and the attempt failed. Rewrite the procedure so that following it would avoid this failure, while keeping it general enough for other tasks of its kind.
+ADJUST_PROMPT = """An agent was given the remembered procedure below for a new task, and the attempt failed. \
+Rewrite the procedure so that following it would avoid this failure, while keeping it general enough for other \
+tasks of its kind.
 
 Remembered procedure (first written for: {memory_intent}):
 {memory_text}

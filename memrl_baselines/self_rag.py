@@ -44,14 +44,17 @@ if TYPE_CHECKING:
     from memrl.llm.client import EpisodeLLM
     from memrl.llm.embed import Embedder
 
-RETRIEVE_PROMPT = """An agent is about to attempt a task. It keeps notes on tasks it attempted before: plans that worked and reflections on attempts that failed. It looks its notes up only when they are likely to help with the task at hand.
+RETRIEVE_PROMPT = """An agent is about to attempt a task. \
+It keeps notes on tasks it attempted before: plans that worked and reflections on attempts that failed. \
+It looks its notes up only when they are likely to help with the task at hand.
 
 Task: {intent}
 
 Question: would notes from earlier, similar tasks help with this task?
 Answer (yes or no):"""
 
-RELEVANCE_PROMPT = """An agent is about to attempt a task and has looked up a note it wrote after an earlier task. A note is relevant when it concerns the same kind of task and following it would help here.
+RELEVANCE_PROMPT = """An agent is about to attempt a task and has looked up a note it wrote after an earlier task. \
+A note is relevant when it concerns the same kind of task and following it would help here.
 
 Task: {intent}
 

@@ -40,16 +40,16 @@ from typing import Any, Sequence
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_intents import make_experience, make_intents  # noqa: E402
+from bench_intents import make_experience, make_intents
 
-from memrl.core.cachedir import default_cache_dir  # noqa: E402
-from memrl.core.records import EpisodeResult, Task  # noqa: E402
-from memrl.llm.embed import HashingEmbedder, MiniLMEmbedder  # noqa: E402
-from memrl.memory.bank import BankSettings  # noqa: E402
-from memrl.memory.base import LearnItem  # noqa: E402
-from memrl.memory.entry import BankUpdate, MemoryEntry  # noqa: E402
-from memrl.memory.memrl import MemRLMemory, MemRLSettings  # noqa: E402
-from memrl.memory.retrieval import phase_a  # noqa: E402
+from memrl.core.cachedir import default_cache_dir
+from memrl.core.records import EpisodeResult, Task
+from memrl.llm.embed import HashingEmbedder, MiniLMEmbedder
+from memrl.memory.bank import BankSettings
+from memrl.memory.base import LearnItem
+from memrl.memory.entry import BankUpdate, MemoryEntry
+from memrl.memory.memrl import MemRLMemory, MemRLSettings
+from memrl.memory.retrieval import phase_a
 
 QUERY_SEED_OFFSET = 7919  # held-out intents come from another stream of the generator
 

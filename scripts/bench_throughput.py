@@ -322,10 +322,12 @@ def run_parent(args: argparse.Namespace) -> int:
             expert_file = work / "expert.json"
             expert_file.write_text(json.dumps(chosen))
             solved = sum(t["success"] for t in table.values())
-            print(f"# expert (recorded on {len(table)} games): solves {solved}/{len(table)} within {args.max_steps} steps; "
+            print(f"# expert (recorded on {len(table)} games): solves {solved}/{len(table)} "
+                  f"within {args.max_steps} steps; "
                   f"{followed} games follow it (--expert-share {args.expert_share}), the rest tour "
                   "the room to the step limit", flush=True)
-        print(f"# {args.games} ALFWorld games ({args.split}) x {args.epochs} epoch(s), max {args.max_steps} steps, lengths="
+        print(f"# {args.games} ALFWorld games ({args.split}) x {args.epochs} epoch(s), "
+              f"max {args.max_steps} steps, lengths="
               f"{args.lengths}, latency c/{args.rate:g} s per call, memory={args.memory}, "
               f"{'cold' if args.cold else 'warm'} translation cache; {os.cpu_count()} CPUs", flush=True)
         for c in args.levels:
@@ -411,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-dir", help=argparse.SUPPRESS)
     ap.add_argument("--schedule", default="batch", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.games < 1 or args.epochs < 1 or any(c < 1 for c in args.levels) or args.rate <= 0 or not 0 <= args.expert_share <= 1:
+    if (args.games < 1 or args.epochs < 1 or any(c < 1 for c in args.levels) or args.rate <= 0
+            or not 0 <= args.expert_share <= 1):
         ap.error("--games and --levels must be >= 1, --rate > 0, --expert-share in [0, 1]")
     return run_child(args) if args.child else run_parent(args)
 

@@ -45,8 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--saturation", action="store_true", help="also the paper mode's saturation per epoch")
     args = ap.parse_args(argv)
     stream = synthetic_stream(args.tasks, args.epochs, seed=args.seed)
-    print(f"synthetic stream: {args.tasks} tasks x {args.epochs} epochs = {args.tasks * args.epochs} steps, seed {args.seed}")
-    print(f"{'benchmark':<10} {'mode':<22} {'same selection':>15} {'same pool size':>15} {'pool (ours)':>12} {'pool (ref)':>11}")
+    print(f"synthetic stream: {args.tasks} tasks x {args.epochs} epochs = {args.tasks * args.epochs} steps, "
+          f"seed {args.seed}")
+    print(f"{'benchmark':<10} {'mode':<22} {'same selection':>15} {'same pool size':>15} "
+          f"{'pool (ours)':>12} {'pool (ref)':>11}")
     for bench in BENCHES:
         memory, batch = official_memory(bench)
         for label, settings in (("official switches", memory),

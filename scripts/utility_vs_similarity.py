@@ -61,12 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     from memrl.demo.pipeline import BASE
     from memrl.demo.pipeline import METHODS as ARMS
     from memrl.demo.teach import compose
-    from memrl.demo.utility_experiment import (
-        own_failure_injections,
-        paired_runs,
-        reinjected_after_failure,
-        teacher_losses,
-    )
+    from memrl.demo.utility_experiment import (own_failure_injections, paired_runs, reinjected_after_failure,
+                                               teacher_losses)
     from memrl.metrics.compute import load_run, success_matrix
     from memrl.metrics.utility import utility_readings
 

@@ -44,19 +44,8 @@ from memrl.core.records import iter_jsonl
 from memrl.core.rundir import RunDir
 from memrl.journal.banklog import BankHistory
 from memrl.memory.bank import BankSettings
-from memrl.memory.bankio import (
-    BankSource,
-    BankSourceError,
-    check_dims,
-    check_unique_ids,
-    create_bank,
-    fingerprint,
-    hnsw_meta,
-    merge_entries,
-    read_entries,
-    resolve,
-    write_jsonl,
-)
+from memrl.memory.bankio import (BankSource, BankSourceError, check_dims, check_unique_ids, create_bank, fingerprint,
+                                 hnsw_meta, merge_entries, read_entries, resolve, write_jsonl)
 from memrl.memory.entry import MemoryEntry
 
 

@@ -104,7 +104,8 @@ def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--dir", type=Path, default=None, help="the cache folder (default: $MEMRL_CACHE_DIR or ~/.cache/memrl)")
+    p.add_argument("--dir", type=Path, default=None,
+                   help="the cache folder (default: $MEMRL_CACHE_DIR or ~/.cache/memrl)")
     sub = p.add_subparsers(dest="cmd", required=True)
     sp = sub.add_parser("stats", help="what each cache holds")
     sp.add_argument("--json", action="store_true")

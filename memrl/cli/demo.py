@@ -9,18 +9,8 @@ from pathlib import Path
 from typing import Sequence
 
 from memrl.core.errors import ConfigError
-from memrl.demo.pipeline import (
-    ATTEMPT_STEPS,
-    BASE,
-    DEFAULT_OUT,
-    METHODS,
-    TEACHER_STEPS,
-    Phase,
-    analyse,
-    render,
-    run_students,
-    write,
-)
+from memrl.demo.pipeline import (ATTEMPT_STEPS, BASE, DEFAULT_OUT, METHODS, TEACHER_STEPS, Phase, analyse, render,
+                                 run_students, write)
 from memrl.demo.teach import BANK_ORDERS, history_bank
 
 

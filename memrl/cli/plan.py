@@ -10,21 +10,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
-from memrl.control.plan import (
-    DEFAULT_PILOT_TASKS,
-    PLAN_YES_ENV,
-    RunPlan,
-    _duration,
-    _is_hydra,
-    _without,
-    compose,
-    count_tasks,
-    estimate,
-    evidence,
-    expand,
-    pilot,
-    run_name,
-)
+from memrl.control.plan import (DEFAULT_PILOT_TASKS, PLAN_YES_ENV, RunPlan, _duration, _is_hydra, _without, compose,
+                                count_tasks, estimate, evidence, expand, pilot, run_name)
 from memrl.core.errors import ConfigError
 
 

@@ -1,4 +1,5 @@
-"""`memrl run [HYDRA OVERRIDES...]` (= `python -m memrl.cli run ...`): one run, or a sweep with -m. The Hydra entry point; the run itself is memrl.control.session.execute."""
+"""`memrl run [HYDRA OVERRIDES...]` (= `python -m memrl.cli run ...`): one run, or a sweep with -m.
+The Hydra entry point; the run itself is memrl.control.session.execute."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from memrl.config.validate import CONFIG_DIR
+from memrl.config.frame import CONFIG_DIR
 from memrl.control.session import execute
 from memrl.core.errors import ConfigError
 from memrl.core.rundir import RunDir

@@ -86,7 +86,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             lines.append(f"{'unreadable':<12} {'':>7} {'':>6} {'':>6} {'':>8} {'':>7} {'':>11} {'':>9}  "
                          f"{r['path']}: {r['error']}")
             continue
-        f = (lambda v: "-" if v is None else f"{v:.3f}")
+        def f(v: float | None) -> str:
+            return "-" if v is None else f"{v:.3f}"
+
         spend = "$" + format(r["spend_usd"], ".4f") + ("+?" if r.get("unpriced") else "")
         lines.append(f"{r['status']:<12} {str(r['epochs_done']) + '/' + str(r['epochs']):>7} "
                      f"{f(r['last']):>6} {f(r['csr']):>6} {r['errored']:>8} {r.get('writer_failures', 0):>7} "

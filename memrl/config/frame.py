@@ -19,6 +19,11 @@ A leaf without pydantic: `memrl/__init__.py` registers the frame wherever memrl 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+# configs/ of the checkout (the package is installed editable, so it sits beside memrl/)
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+
 # the config's sections, and its top-level keys (configs/config.yaml)
 SECTIONS = ("env", "memory", "llm", "embedder", "agent", "runner", "logger", "metrics", "paths")
 TOP_LEVEL = (*SECTIONS, "seed")

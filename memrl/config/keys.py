@@ -1,41 +1,17 @@
-"""Which config keys change what a run computes, marked once on the schema fields.
-
-A schema field says how it bears on results by how it is declared:
-
-- `Field(...)` (pydantic's own): it changes results. Changing it blocks a resume, the report
-  treats two values as two experiments, and an override of it names the run directory.
-- `no_effect(...)`: it never changes what a run computes: cache and state locations,
-  progress bars, concurrency, retries, timeouts, names of credentials' environment variables,
-  the logger. Ignored by all three.
-- `extent(...)`: how far the run goes (`runner.epochs`): epochs 1..E are the same whatever E,
-  so a resume may raise it and the same command with another value continues the same
-  directory; the report still tells runs of different lengths apart.
-- `data_location(...)`: where the task data is read from. Its content is fingerprinted in
-  the run card (a changed content stops a resume), so the path itself may change on resume
-  and the report ignores it; an override of it on the command line still names the
-  directory, so runs on two data files never share one.
-
-| mark          | resume check | report's swept keys | run directory name |
-|---------------|--------------|---------------------|--------------------|
-| (result)      | compared     | yes                 | yes                |
-| no_effect     | ignored      | no                  | no                 |
-| extent        | ignored      | yes                 | no                 |
-| data_location | ignored      | no                  | yes                |
-
-A nested schema marked `no_effect` (e.g. `logger.wandb`) is no-effect in all its keys; a
-section whose keys are all no-effect (`logger`, `paths`) is no-effect as a whole, so its
-group choice (`logger=wandb`) is too.
+"""Which config keys change what a run computes, derived from the marks on the schema fields
+(memrl.core.fields; what each mark means for the resume check, the report's groups and the run
+directory's name: docs/design.md §8, "Same command, same directory").
 
 A config's keys are read with the marks of the schemas it is validated by: the fixed sections'
 and those of the env and memory classes its `_target_`s name (a class that does not import
 here is read with the marks of every class its group offers). No two schemas of one section
 may mark a key differently (`conflicts`), so this is the same as reading every schema.
 
-The three lists derived here: `resume_exempt(config)` (memrl.journal.runcard), `report_ignored(config)`
-(memrl.report.grouping) and `hydra_exclude_keys()`, which is written out in configs/config.yaml
-(`hydra.job.config.override_dirname.exclude_keys`; Hydra reads that list while it composes the
-config, before any memrl code runs, so it is kept as plain YAML and a test checks that it
-equals this derivation: `memrl keys --hydra` prints it).
+Derived here: `resume_exempt(config)` (memrl.journal.runcard), `report_ignored(config)`
+(memrl.report.grouping) and `hydra_exclude_keys()`, written out in configs/config.yaml because
+Hydra reads it before any memrl code runs (a test checks the two agree; `memrl keys --hydra`
+prints it). And a run card's `_target_`s that name a class by a path it has since left
+(`MOVED_TARGETS`).
 """
 
 from __future__ import annotations
@@ -47,7 +23,7 @@ from typing import Any, Iterable, Mapping
 
 from pydantic import BaseModel
 
-from memrl.core.fields import DATA_LOCATION, EXTENT, NO_EFFECT, RESULT, mark_of, schema_marks  # noqa: F401
+from memrl.core.fields import DATA_LOCATION, EXTENT, NO_EFFECT, RESULT, schema_marks
 
 # config groups whose schema is the `Settings` of the class their `_target_` names
 TARGET_GROUPS = ("env", "memory")
@@ -55,7 +31,7 @@ TARGET_GROUPS = ("env", "memory")
 
 # ------------------------------------------------------------------------------- sections
 def _config_dir(config_dir: Path | None) -> Path:
-    from memrl.config.validate import CONFIG_DIR
+    from memrl.config.frame import CONFIG_DIR
 
     return Path(config_dir) if config_dir is not None else CONFIG_DIR
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from hydra.utils import get_class
@@ -32,16 +31,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 
 from memrl.config.frame import SECTIONS, TOP_LEVEL
-from memrl.config.sections import (
-    SECTION_SCHEMAS,
-    AgentSettings,
-    EmbedderSettings,
-    LLMSettings,
-    LoggerSettings,
-    MetricsSettings,
-    PathsSettings,
-    RunnerSettings,
-)
+from memrl.config.sections import (SECTION_SCHEMAS, AgentSettings, EmbedderSettings, LLMSettings, LoggerSettings,
+                                   MetricsSettings, PathsSettings, RunnerSettings)
 from memrl.core.errors import ConfigError
 from memrl.core.fields import _submodel
 
@@ -64,8 +55,6 @@ def paper_delta(delta: Any, *, _root_: DictConfig) -> Any:
 OmegaConf.register_new_resolver("memrl.paper_delta", paper_delta, replace=True)
 
 
-# configs/ of the checkout (the package is installed editable, so it sits beside memrl/)
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
 
 @dataclass

@@ -22,7 +22,7 @@ from memrl.journal.launches import Launch, LaunchLog, first_launches
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-    from memrl.control.runner import Runner
+    from memrl.control.schedule_seam import ScheduledRun
     from memrl.memory.base import LearnItem
 
 Source = tuple[list[Launch], dict[int, list[str]]]  # a replayed run's launches, its commit orders
@@ -62,7 +62,7 @@ class AsyncSchedule:
     when it started there (its retrieval is checked against the logged one) and commits at
     its logged place."""
 
-    def __init__(self, runner: "Runner", pool: ThreadPoolExecutor, epochs: list[int], tasks: list[Task],
+    def __init__(self, runner: "ScheduledRun", pool: ThreadPoolExecutor, epochs: list[int], tasks: list[Task],
                  source: Source | None) -> None:
         self.runner, self.pool, self.epochs, self.source = runner, pool, epochs, source
         self.total = len(tasks)

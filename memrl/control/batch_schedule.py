@@ -16,11 +16,11 @@ from memrl.core.seeding import derive_seed
 from memrl.journal.commit import Checkpoint
 
 if TYPE_CHECKING:
-    from memrl.control.runner import Runner
+    from memrl.control.schedule_seam import ScheduledRun
     from memrl.memory.base import LearnItem
 
 
-def play_batch(runner: "Runner", pool: ThreadPoolExecutor, epoch: int, b: int, batch: list[Task], *,
+def play_batch(runner: "ScheduledRun", pool: ThreadPoolExecutor, epoch: int, b: int, batch: list[Task], *,
                learn: bool = True) -> list[tuple[EpisodeRecord, "LearnItem"]]:
     """Batch `b`'s episodes, once the gate lets it start: retrieved first (in task order),
     then played concurrently. `learn=False`: the transfer evaluation's."""
@@ -30,7 +30,7 @@ def play_batch(runner: "Runner", pool: ThreadPoolExecutor, epoch: int, b: int, b
     return list(pool.map(lambda tm: runner.play(epoch, b, tm[0], tm[1], learn=learn), zip(batch, memories)))
 
 
-def train_epoch(runner: "Runner", pool: ThreadPoolExecutor, epoch: int, batches: list[list[Task]],
+def train_epoch(runner: "ScheduledRun", pool: ThreadPoolExecutor, epoch: int, batches: list[list[Task]],
                 todo: list[int]) -> Checkpoint:
     """The batches `todo` of a training epoch (the others are committed), then the epoch's end."""
     total = sum(map(len, batches))
@@ -52,7 +52,7 @@ def errored_so_far(path: Path, epoch: int) -> int:
     return sum(1 for r in iter_jsonl(path) if int(r["epoch"]) == epoch and counts_against_error_rate(r))
 
 
-def eval_epoch(runner: "Runner", pool: ThreadPoolExecutor, epoch: int, batches: list[list[Task]],
+def eval_epoch(runner: "ScheduledRun", pool: ThreadPoolExecutor, epoch: int, batches: list[list[Task]],
                todo: list[int]) -> Checkpoint:
     """The evaluation batches `todo` after training epoch `epoch`: no learning, records in
     `eval_episodes.jsonl`."""

@@ -10,7 +10,8 @@ Before each batch the run asks whether the batch would take the spend past a bud
 spend so far plus the batch's size times the most any committed batch of this session cost
 per episode. An async run (runner.schedule=async) asks before each episode starts, for it
 and the episodes in flight, at the session's average cost per committed episode; when the
-answer is no it starts nothing more, commits what is in flight, then stops. The run then stops at that commit boundary (status `budget`); the same command
+answer is no it starts nothing more, commits what is in flight, then stops.
+The run then stops at that commit boundary (status `budget`); the same command
 with a higher budget continues. The estimate learns from the batches played, so the first
 batch that makes paid calls always runs, and a batch dearer than every one before it can
 end above the budget by the difference; the run card says what was spent.
@@ -21,7 +22,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable
 
-from memrl.llm.bill import Spend, clients_spend, sessions_spend, spend_of_totals  # noqa: F401
+from memrl.llm.bill import Spend, clients_spend
 
 
 @dataclass(frozen=True)

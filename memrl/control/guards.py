@@ -1,27 +1,10 @@
-"""What stops a run, decided at commit boundaries so that nothing half-done is committed.
+"""What stops a run, decided at commit boundaries so that nothing half-done is committed (the
+causes, when each is seen and how the run ends: docs/design.md §8, "What stops a run").
 
-A run stops, without committing the batch in hand, when
-
-- a model call met a non-transient error (bad key, no such model, a request the provider
-  refuses, a prompt past the context window) or a cache / record write failed: whoever saw
-  it trips the run's `Tripwire` (from any thread; the LLM client does, and then fails every
-  further call at once so the batch's other episodes end quickly);
-- more episodes ended errored than `runner.max_error_rate` allows: in one batch (of two
-  or more episodes), or in the epoch (as soon as the errored episodes so far exceed the
-  rate times the epoch's size);
-- the next batch would take the spend past `llm.budget_usd` / `llm.budget_tokens`
-  (memrl.control.budget);
-- SIGTERM or SIGINT arrived (`StopSignals`): the batch in flight is dropped, never a commit
-  cut in half (a signal during a commit waits for the commit to finish).
-
-`Gate` holds these checks; the runner asks it `before_batch` (budget, signals, tripwire),
-`after_batch` (tripwire, error rate) and commits inside `committing()`. Any scheduler that
-commits (batch or async) can ask the same questions at its own commit points. A stopped
-run raises `RunStopped` (status and exit code for the run card and the shell) or, for a
-signal, `Interrupted`; the same command continues the run once the cause is fixed.
-
-Refusals before any work (`RunRefused`: the run directory is locked, damaged, read-only, or
-its model changed) are configuration-level errors: `memrl: ...`, exit 2.
+`Gate` holds the checks: a schedule asks it `before_batch` (budget, signals, tripwire),
+`after_batch` (tripwire, error rate) and commits inside `committing()`; `StopSignals` turns
+SIGTERM / SIGINT into a clean interrupt (a signal during a commit waits for it). The stops
+themselves (`RunStopped`, `Interrupted`, `RunRefused`, the tripwire) are memrl.core.stops.
 """
 
 from __future__ import annotations
@@ -31,15 +14,7 @@ import threading
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
-from memrl.core.stops import (
-    BUDGET,
-    EXIT_BUDGET,
-    FAILED,
-    SIGNAL,
-    Interrupted,
-    RunStopped,
-    Tripwire,
-)
+from memrl.core.stops import BUDGET, EXIT_BUDGET, FAILED, SIGNAL, Interrupted, RunStopped, Tripwire
 
 if TYPE_CHECKING:
     from memrl.control.budget import BudgetMeter

@@ -26,7 +26,8 @@ measures them; they are also shown apart), and every billed try of a call (an em
 that was retried) is in the pilot's records. Cost: the model's prices (memrl.llm.profile:
 the config's, else litellm's list), twice: with the share of prompt tokens the provider
 served from its prompt cache in the pilot (billed at the cached rate), and without any
-caching; else the pilot's cost per token; a model priced by neither is "unpriced", never $0. Wall time: per batch, the expected longest of `batch_size` episodes
+caching; else the pilot's cost per token; a model priced by neither is "unpriced", never $0.
+Wall time: per batch, the expected longest of `batch_size` episodes
 drawn from the pilot's calls per episode (stragglers), at most `max_concurrency` at once,
 times the pilot's seconds per uncached call (`--call-seconds` when the pilot was all cache
 hits), and never less than what `llm.rpm` / `llm.tpm` allow. It assumes episodes keep their
@@ -80,7 +81,7 @@ def compose(overrides: Sequence[str]) -> Any:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from memrl.config.validate import CONFIG_DIR
+    from memrl.config.frame import CONFIG_DIR
 
     GlobalHydra.instance().clear()
     try:

@@ -41,7 +41,7 @@ class RunLogHandler(logging.FileHandler):
         (memrl.core.safe_text), traceback included, whatever the message carried."""
         return safe_str(super().format(record))
 
-    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+    def handleError(self, record: logging.LogRecord) -> None:  # logging's name
         exc = sys.exc_info()[1]
         if isinstance(exc, OSError):
             self._give_up(exc)

@@ -1,22 +1,10 @@
-"""Hydra entry point: `memrl run env=alfworld memory=memrl llm=local ...` (or
-`python -m memrl.cli run ...`).
-
-Wiring only: validate every section of the composed config (memrl.config.validate; a bad key
-anywhere is `memrl: ...`, exit 2, before the run directory holds a file), lock the run
-directory (memrl.core.lock), check the full config (every default included:
-`memrl.config.validate.full_config`) against an existing run card and keep the card (memrl.journal.runcard),
-build the objects (memrl.control.wiring), hand them to the Runner (memrl.control.runner) with the session's
-stop rules (memrl.control.guards: model preflight, error rate, budget, signals), write the metrics
-(memrl.metrics.compute). Re-running the same command on an unfinished run directory continues it;
-on a finished one it only re-writes the metrics.
-
-Hydra's own record of the command (`.hydra/`) is written here, once the launch is accepted
-(configs/config.yaml sets `hydra.output_subdir: null`), so a refused launch (the directory
-is locked by another run, or holds a run with another config) leaves the run's record alone.
-
-Exit status: 0 finished; 1 failed (the run card's `error` says why); 2 a configuration or
-launch problem (`memrl: ...`, nothing run); 3 stopped at the budget; 130 / 143 interrupted
-by SIGINT / SIGTERM. Every stop but 2 leaves the run resumable with the same command.
+"""One session of a run (`execute`, what `memrl run` runs: memrl/cli/run.py): validate every
+section before the run directory holds a file, lock it, check the full config against an
+existing run card, wire the objects, run them under the session's stop rules, write the
+metrics and plots, and close the card. docs/design.md §8 ("What stops a run, and what a run
+refuses") is the table of what it refuses and how it ends (exit 0 finished, 1 failed, 2 a
+configuration or launch problem, 3 budget, 130 / 143 interrupted); every end but 2 leaves the
+run resumable with the same command.
 """
 
 from __future__ import annotations
@@ -136,7 +124,9 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
     zero_fail = v.metrics.forgetting_zero_fail  # how metrics.json reads an epoch with no failure
     budget = Budget(usd=v.llm.budget_usd, tokens=v.llm.budget_tokens)
     billed = [objs.embedder] if callable(getattr(objs.embedder, "totals", None)) else []
-    paying = lambda: [*clients.values(), *billed]  # noqa: E731 - every model that bills
+    def paying() -> list[Any]:  # every model that bills
+        return [*clients.values(), *billed]
+
     meter = BudgetMeter(budget, clients=paying, prior=sessions_spend(card.sessions))
     warn_unpriced(clients, budget)
 

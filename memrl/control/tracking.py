@@ -179,7 +179,7 @@ class WandbLogger(EpochLogger):
         rd = self.run_dir
         try:
             write_report([rd.root], rd.report, n_boot=2000, warn=log.warning)
-        except Exception as exc:  # noqa: BLE001 - tracking must never fail the run
+        except Exception as exc:  # tracking must never fail the run
             log.warning("wandb: no report artifact (%s: %s)", type(exc).__name__, exc)
             return
         art = self.wandb.Artifact(name=f"report-{self.run.id}", type="report",

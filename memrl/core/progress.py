@@ -1,4 +1,5 @@
-"""Whether a progress bar is drawn (`runner.progress`: true, false, or auto = only on a terminal), for every bar the harness draws."""
+"""Whether a progress bar is drawn (`runner.progress`: true, false, or auto = only on a
+terminal), for every bar the harness draws."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def bench_prefix_reuse(teacher_run: str | Path, overrides: Sequence[str], n_prom
     """Time `n_prompts` demo prompts with prefix reuse off, then on; compare the answers."""
     from memrl.demo.teach import compose
     from memrl.llm.base import LLMRequest
-    from memrl.llm.factory import build_backend
+    from memrl.control.wiring import build_backend
 
     from memrl.config.validate import validate
 

@@ -256,7 +256,8 @@ def render(res: DemoResult) -> str:
               "the same game's teacher memory (`with`), and in the others (`without`: how often the "
               "student picks the teacher's action anyway). Replays: episodes that repeat the teacher's "
               "actions to its end.", "",
-              "| method | epoch | with: accuracy (steps, episodes, solved, replays) | without: accuracy (steps, episodes, solved) |",
+              "| method | epoch | with: accuracy (steps, episodes, solved, replays) "
+              "| without: accuracy (steps, episodes, solved) |",
               "|---|---|---|---|"]
     for m, per_epoch in res.copy.items():
         for e, rep in per_epoch.items():
@@ -287,7 +288,8 @@ def render(res: DemoResult) -> str:
         off, on = bench["off"], bench["on"]
         lines += ["", f"Same {bench['prompts']} prompts, one process, reuse off then on "
                   f"(outputs identical: {'yes' if bench['identical'] else 'NO'}):", "",
-                  "| prefix reuse | prompt tokens evaluated | prompt tokens/s (evaluated) | prompt tokens/s (sent) | decode tokens/s | seconds |",
+                  "| prefix reuse | prompt tokens evaluated | prompt tokens/s (evaluated) | prompt tokens/s (sent) "
+                  "| decode tokens/s | seconds |",
                   "|---|---|---|---|---|---|"]
         for name, s in (("off", off), ("on", on)):
             lines.append(f"| {name} | {s['prompt_tokens_evaluated']} of {s['prompt_tokens']} | "

@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from memrl.config.validate import CONFIG_DIR
+from memrl.config.frame import CONFIG_DIR
 from memrl.core.errors import ConfigError
 from memrl.core.rundir import RunDir
 

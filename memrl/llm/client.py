@@ -6,7 +6,7 @@ run's totals (memrl.llm.accounting), the bill of a call's tries (memrl.llm.bill)
 
 Interface contract:
 
-    client = build_client(settings)           # memrl.llm.factory: from the model's validated section
+    client = build_client(settings)           # memrl.control.wiring: from the model's validated section
     resp = client.complete(LLMRequest(...))   # cached, retried, counted
     ep = client.episode(sample_prefix="seed0/e1/task-id", seed=123)
     text = ep.complete("prompt text" or [(role, content), ...], purpose="act", stop=("\\n",))
@@ -82,31 +82,15 @@ from memrl.core.safe_text import safe, safe_str
 from memrl.core.stops import MODEL, STORAGE, Tripwire
 from memrl.core.storage import StorageError
 from memrl.llm.accounting import Totals
-from memrl.llm.base import (
-    Backend,
-    BudgetExhaustedError,
-    Content,
-    LLMError,
-    LLMRequest,
-    LLMResponse,
-    UnsupportedContentError,
-    content_text,
-    has_images,
-)
+from memrl.llm.base import (Backend, BudgetExhaustedError, Content, LLMError, LLMRequest, LLMResponse,
+                            UnsupportedContentError, content_text, has_images)
 from memrl.llm.bill import Bill as _Bill
 from memrl.llm.bill import apply_stop, exhausted
 from memrl.llm.episode import EpisodeLLM
 from memrl.llm.profile import ModelProfile, plain_profile
 from memrl.llm.ratelimit import ConcurrencyLimiter
 from memrl.llm.response_cache import ResponseCache, payload_key, request_key, request_payload
-from memrl.llm.retry import (
-    EmptyReplyError,
-    is_fatal,
-    is_rate_limit,
-    is_transient,
-    retry_after_seconds,
-    short,
-)
+from memrl.llm.retry import EmptyReplyError, is_fatal, is_rate_limit, is_transient, retry_after_seconds, short
 
 # The client's names, and those its callers have long imported from here (their home: memrl.llm.retry,
 # memrl.llm.episode)
@@ -144,7 +128,7 @@ class LLMClient:
         tripwire: Tripwire | None = None,
         section: str = "llm",
     ) -> None:
-        """Every setting comes from the model's validated section (memrl.llm.factory.build_client:
+        """Every setting comes from the model's validated section (memrl.control.wiring.build_client:
         the schema, memrl.config.sections.ModelSettings, owns each default); `defaults` holds
         the sampling settings a caller may leave unnamed (temperature, top_p, max_tokens)."""
         if max_concurrency < 1:

@@ -13,15 +13,12 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from memrl.core.cachedir import EMBEDDING_CACHE, default_cache_dir
 from memrl.core.storage import writing
 
-if TYPE_CHECKING:  # memrl.config.sections imports memrl.llm at runtime
-    from memrl.config.sections import EmbedderSettings
 
 
 @runtime_checkable
@@ -293,23 +290,3 @@ class CachedEmbedder:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-def build_embedder(settings: EmbedderSettings) -> Embedder:
-    """The embedder of a validated `embedder` section (memrl.config.sections.EmbedderSettings:
-    its keys and their defaults)."""
-    s = settings
-    inner: Embedder
-    if s.backend == "minilm":
-        inner = MiniLMEmbedder()
-    elif s.backend == "litellm":
-        if not s.model:
-            raise ValueError("embedder.backend=litellm needs embedder.model")
-        inner = LiteLLMEmbedder(str(s.model), api_base=s.api_base, api_key_env=s.api_key_env)
-    elif s.backend == "hashing":
-        inner = HashingEmbedder() if s.dim is None else HashingEmbedder(dim=int(s.dim))
-    else:
-        raise ValueError(f"unknown embedder backend {s.backend!r} (minilm | litellm | hashing)")
-    if s.cache:
-        return CachedEmbedder(inner, s.cache_path or default_cache_dir() / EMBEDDING_CACHE)
-    return inner

@@ -8,12 +8,28 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memrl.llm.base import Content, LLMError, UsageMeter, as_content
 
 if TYPE_CHECKING:
-    from memrl.llm.client import LLMClient
+    from memrl.llm.base import Backend, LLMRequest, LLMResponse
+    from memrl.llm.profile import ModelProfile
+
+
+class EpisodeClient(Protocol):
+    """What an episode's handle uses of its client (memrl.llm.client.LLMClient, which makes it)."""
+
+    backend: "Backend"
+    supports_images: bool
+    model_id: str
+    profile: "ModelProfile"
+
+    def request(self, messages: Any, **kw: Any) -> "LLMRequest": ...
+
+    def complete(self, request: "LLMRequest") -> "LLMResponse": ...
+
+    def key(self, request: "LLMRequest") -> str: ...
 
 
 class EpisodeLLM:
@@ -22,7 +38,7 @@ class EpisodeLLM:
     `supports_images` tells an env, before it builds a prompt, whether the model takes images.
     """
 
-    def __init__(self, client: LLMClient, sample_prefix: str, seed: int | None) -> None:
+    def __init__(self, client: EpisodeClient, sample_prefix: str, seed: int | None) -> None:
         self.client = client
         self.sample_prefix = sample_prefix
         self.seed = seed

@@ -36,7 +36,7 @@ match the new prompt token for token are kept: every kept block was computed exa
 fresh evaluation of the new prompt would compute it (same tokens, same batch, same earlier
 state), and the rest is evaluated in the same aligned blocks a fresh evaluation uses. The
 outputs are therefore the same as with `reuse_prefix: false` (which evaluates every prompt
-from scratch); `tests/test_local_llm.py` and `scripts/bench_local_prefix.py` check it on real
+from scratch); `tests/llm/test_local_llm.py` and `scripts/bench_local_prefix.py` check it on real
 prompts. An ALFWorld episode's prompts share everything but the newest step, so most of each
 prompt is reused.
 
@@ -214,7 +214,9 @@ class LocalLlamaBackend:
         template = llm.metadata.get("tokenizer.chat_template")
         if not template:
             raise ValueError(f"llm.mode=chat: {llm.model_path} carries no chat template; use mode=completion")
-        special = lambda tok: llm.detokenize([tok], special=True).decode("utf-8", errors="ignore")  # noqa: E731
+        def special(tok: int) -> str:
+            return llm.detokenize([tok], special=True).decode("utf-8", errors="ignore")
+
         return Jinja2ChatFormatter(template=template, eos_token=special(llm.token_eos()),
                                    bos_token=special(llm.token_bos()))
 

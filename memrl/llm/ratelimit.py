@@ -26,7 +26,7 @@ machine, a slow network) land in the same provider window as the next one, count
 answer never does.
 
 `adaptive=False` is the fixed limiter (a semaphore of `max_concurrency`, still bounded by
-rpm / tpm): what the client did before, kept for comparison (tests/test_rate_limits.py).
+rpm / tpm): what the client did before, kept for comparison (tests/llm/test_rate_limits.py).
 `stats()` says how it went (the run card's `llm.limiter`).
 """
 

@@ -6,7 +6,7 @@ a temperature-0 answer is deterministic, so identical prompts share one entry, w
 sampled answers stay distinct per sample and replay exactly on a rerun. Nothing in a key names
 the memory method: the sample id is seed / epoch / task / purpose / call index (memrl.control.runner,
 EpisodeLLM), so the methods of a sweep share every answer whose prompt is the same (all of an
-empty bank's first batch: tests/test_shared_work.py).
+empty bank's first batch: tests/llm/test_shared_work.py).
 
 Multi-part content (text and images) enters the key as a list of parts, an image by the
 sha256 of its URL; plain-string content enters as the string, and `response_format` only

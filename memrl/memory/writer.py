@@ -35,7 +35,8 @@ Task: {intent}
 Attempt:
 {trajectory}
 
-Write a general plan of three to five numbered steps. Describe kinds of objects and places rather than numbered instances, and keep each step to one line.
+Write a general plan of three to five numbered steps. Describe kinds of objects and places rather than \
+numbered instances, and keep each step to one line.
 Plan:
 1."""
 
@@ -66,13 +67,14 @@ def _first_lines(text: str, max_lines: int) -> str:
 # the writer's answer budget, as the config spells it (named by a budget that ran out)
 BUDGET_KEY = "memory.writer.max_tokens"
 # what the preflight's writer call shows as the attempt (memrl.control.preflight)
-SAMPLE_ATTEMPT = "> look\nYou are in the middle of a room. Nothing happens.\n> inventory\nYou are not carrying anything."
+SAMPLE_ATTEMPT = ("> look\nYou are in the middle of a room. Nothing happens.\n"
+                  "> inventory\nYou are not carrying anything.")
 
 
 # layout=official: the prompts (the project's own wording of the official structure) and the
 # stored texts (the official section headers, which the official displays split on)
-OFFICIAL_SCRIPT_PROMPT = """Read the trajectory below and write a short high-level script of how it went about its task: \
-three to five steps at most, general enough to reuse on similar tasks but specific enough to act on, \
+OFFICIAL_SCRIPT_PROMPT = """Read the trajectory below and write a short high-level script of how it went about \
+its task: three to five steps at most, general enough to reuse on similar tasks but specific enough to act on, \
 naming the strategy and the key decisions rather than every action.
 
 Trajectory:

@@ -20,19 +20,11 @@ import matplotlib
 import numpy as np
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from memrl.core.records import EpisodeRecord  # noqa: E402
-from memrl.metrics.compute import (
-    ZeroFail,
-    calibration,
-    csr_curve,
-    forgetting_curve,
-    mean_injected_q,
-    q_bins,
-    sr_curve,
-    wilson,
-)
+from memrl.core.records import EpisodeRecord
+from memrl.metrics.compute import (ZeroFail, calibration, csr_curve, forgetting_curve, mean_injected_q, q_bins,
+                                   sr_curve, wilson)
 
 
 @contextlib.contextmanager
@@ -104,7 +96,8 @@ def plot_run(S: np.ndarray, records: Sequence[EpisodeRecord], who: str,
               f"{who}\nSR per epoch ({n} tasks)", out / "sr.png"),
         _plot(epochs, csr_curve(S), ever, [n] * len(epochs), "cumulative success rate",
               f"{who}\nCSR per epoch ({n} tasks)", out / "csr.png"),
-        _plot(epochs[1:], [math.nan if x is None else x for x in forgetting_curve(S, zero_fail)], forgot, fails, "forgetting rate",
+        _plot(epochs[1:], [math.nan if x is None else x for x in forgetting_curve(S, zero_fail)], forgot, fails,
+              "forgetting rate",
               f"{who}\nforgetting per epoch (forgotten / failed tasks)", out / "forgetting.png"),
     ]
     cal = plot_calibration(records, who, out / "q_calibration.png")

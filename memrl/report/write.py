@@ -9,38 +9,15 @@ from typing import Callable, Sequence
 from memrl.core.rundir import RunDir
 from memrl.journal.runcard import identity_label
 from memrl.metrics.compute import ZeroFail
-from memrl.report.figures import (
-    plot_curves,
-    plot_forgetting,
-    plot_param,
-    plot_q_calibration,
-    plot_q_hist,
-    plot_topk,
-    runs_of,
-    safe_name,
-)
+from memrl.report.figures import (plot_curves, plot_forgetting, plot_param, plot_q_calibration, plot_q_hist, plot_topk,
+                                  runs_of, safe_name)
 from memrl.report.grouping import REFERENCE, group_runs
 from memrl.report.readings import readings_markdown
 from memrl.report.runs import find_runs, load_run
-from memrl.report.series import (
-    PARAM_FIGURES,
-    bank_q_by_epoch,
-    injected_q_by_epoch,
-    param_rows,
-    q_calibration_rows,
-    topk_rows,
-)
-from memrl.report.tables import (
-    comparison_rows,
-    comparisons_markdown,
-    staleness_markdown,
-    staleness_rows,
-    table1_markdown,
-    table1_rows,
-    table2_markdown,
-    table2_rows,
-    write_csv,
-)
+from memrl.report.series import (PARAM_FIGURES, bank_q_by_epoch, injected_q_by_epoch, param_rows, q_calibration_rows,
+                                 topk_rows)
+from memrl.report.tables import (comparison_rows, comparisons_markdown, staleness_markdown, staleness_rows,
+                                 table1_markdown, table1_rows, table2_markdown, table2_rows, write_csv)
 
 
 def write_report(paths: Sequence[str | Path], out: str | Path, *, n_boot: int = 10_000,

@@ -171,7 +171,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: "_HTTPServer"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:  # the stdlib's signature
         return None
 
     def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
@@ -186,7 +186,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(obj).encode(), headers)
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+    def do_GET(self) -> None:  # the stdlib's name
         path = urlsplit(self.path).path.rstrip("/")
         owner = self.server.owner
         if path == "/stats":
@@ -203,7 +203,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": {"message": f"no route {self.path}"}})
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+    def do_POST(self) -> None:  # the stdlib's name
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         path = urlsplit(self.path).path.rstrip("/")

@@ -20,15 +20,8 @@ from memrl.core.rundir import RunDir
 from memrl.journal.banklog import BankHistory
 from memrl.journal.memtexts import read_texts
 from memrl.journal.runcard import identity, identity_label
-from memrl.metrics.compute import (
-    calibration,
-    csr_curve,
-    forgetting_curve,
-    mean_injected_q,
-    q_bins,
-    sr_curve,
-    success_matrix,
-)
+from memrl.metrics.compute import (calibration, csr_curve, forgetting_curve, mean_injected_q, q_bins, sr_curve,
+                                   success_matrix)
 from memrl.metrics.utility import q_success
 
 

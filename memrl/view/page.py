@@ -102,7 +102,9 @@ def _summary(runs: Sequence[RunView]) -> str:
     rows = []
     for r in runs:
         s = r.summary()
-        f = (lambda v: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}")
+        def f(v: Any) -> str:
+            return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+
         rows.append(
             "<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in (
                 s["run"], s["status"], s["tasks"], s["epochs"], s["episodes"], f(s["last"]),
@@ -272,11 +274,14 @@ TASK_JS = """
     for (const m of mems) {
       const used = m.used.map(u => '<span class="' + u.effect + '">' + esc(u.effect) + ': ' +
         esc(u.task_label) + ' e' + u.epoch + ' (Q ' + (u.q === null ? '?' : u.q.toFixed(3)) + ')</span>').join('<br>');
-      h += '<tr class="memrow"><td>' + esc(m.id) + (m.removed ? '<br><i>removed in epoch ' + m.removed[0] + '</i>' : '') +
-           '</td><td>epoch ' + m.epoch + ', ' + (m.success ? 'success' : 'failure') + (m.kind ? ', ' + esc(m.kind) : '') +
+      h += '<tr class="memrow"><td>' + esc(m.id) +
+           (m.removed ? '<br><i>removed in epoch ' + m.removed[0] + '</i>' : '') +
+           '</td><td>epoch ' + m.epoch + ', ' + (m.success ? 'success' : 'failure') +
+           (m.kind ? ', ' + esc(m.kind) : '') +
            '</td><td>' + esc(m.q_path.join(' → ')) + '</td><td>' + m.helped + '</td><td>' + m.hurt +
            '</td><td>' + (used || '<i>never injected</i>') + '</td><td><pre>' +
-           esc(m.experience === null || m.experience === undefined ? '(text not recorded)' : m.experience) + '</pre></td></tr>';
+           esc(m.experience === null || m.experience === undefined ? '(text not recorded)' : m.experience) +
+           '</pre></td></tr>';
     }
     out.innerHTML = h + '</tbody></table>';
   }
@@ -313,7 +318,8 @@ def _task_section(runs: Sequence[RunView], chosen: str | None) -> str:
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 2em; border-bottom: 1px solid #ccc; }
-table { border-collapse: collapse; font-size: 0.85em; } td, th { border: 1px solid #ddd; padding: 3px 6px; vertical-align: top; }
+table { border-collapse: collapse; font-size: 0.85em; }
+td, th { border: 1px solid #ddd; padding: 3px 6px; vertical-align: top; }
 th { background: #f3f3f3; } .note { color: #666; font-style: italic; }
 pre { white-space: pre-wrap; max-width: 60em; max-height: 14em; overflow: auto; margin: 0; font-size: 0.9em; }
 .helped { color: #2ca02c; } .hurt { color: #d62728; } select { max-width: 40em; }

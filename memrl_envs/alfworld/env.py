@@ -12,21 +12,9 @@ from memrl.env.base import Env, Policy
 from memrl.llm.base import LLMError, ModelProbe
 from memrl_envs.alfworld import catalog, chat, speedups
 from memrl_envs.alfworld.game import AlfworldGame, expert_rng_guard, seed_expert_rng, split_initial_observation
-from memrl_envs.alfworld.prompts import (
-    PROMPTS_FILENAME,
-    STOP,
-    build_prompt,
-    chat_instruction,
-    default_prompts_file,
-    format_task_start,
-    instruction_for,
-    is_think,
-    load_demonstrations,
-    memory_block,
-    parse_action,
-    resolve_style,
-    select_demonstrations,
-)
+from memrl_envs.alfworld.prompts import (PROMPTS_FILENAME, STOP, build_prompt, chat_instruction, default_prompts_file,
+                                         format_task_start, instruction_for, is_think, load_demonstrations,
+                                         memory_block, parse_action, resolve_style, select_demonstrations)
 from memrl_envs.alfworld.settings import AlfworldSettings
 
 if TYPE_CHECKING:

@@ -47,11 +47,7 @@ def _textworld_modules() -> dict[str, Any]:
     """Import TextWorld / ALFWorld lazily: they are an optional extra of the package."""
     try:
         import textworld
-        from alfworld.agents.environment.alfred_tw_env import (
-            AlfredDemangler,
-            AlfredExpert,
-            AlfredInfos,
-        )
+        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert, AlfredInfos
         from textworld.envs.wrappers import Filter, GenericEnvironment, Limit
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise ImportError(

@@ -26,7 +26,7 @@ its time, all of it under the global TextWorld lock:
 4. `reset` right after `load` reuses the game state `load` just built (an identical one,
    untouched since) instead of building it again.
 
-Observations, admissible commands and outcomes are unchanged (tests/test_alfworld_speedups.py
+Observations, admissible commands and outcomes are unchanged (tests/envs/alfworld/test_alfworld_speedups.py
 plays games both ways and compares every step). Set MEMRL_ALFWORLD_SPEEDUPS=0 to play without.
 """
 

@@ -145,7 +145,7 @@ def load_hub(subset: str, version: str) -> LoadReport:
     """The split `version` of the hub dataset for `subset`, through `datasets` (needs a
     connection the first time; `datasets` caches it)."""
     try:
-        import datasets  # noqa: F401  (optional: only hub loading needs it)
+        import datasets  # optional: only hub loading needs it
     except ImportError as exc:
         raise RuntimeError("loading BigCodeBench from the hub needs the `datasets` package "
                            "(pip install datasets), or pass env.data_path=<local JSONL>") from exc

@@ -270,5 +270,5 @@ def _mpl_tag() -> str:
         from importlib.metadata import version
 
         return f"mplconfig-{version('matplotlib')}"
-    except Exception:  # noqa: BLE001 - matplotlib missing: the sandbox will say so
+    except Exception:  # matplotlib missing: the sandbox will say so
         return "mplconfig"

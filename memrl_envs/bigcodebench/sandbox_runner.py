@@ -54,7 +54,7 @@ def _unimportable(modules):
     for name in modules:
         try:
             importlib.import_module(name)
-        except BaseException as exc:  # noqa: BLE001 - any failure to import counts
+        except BaseException as exc:  # any failure to import counts
             out[name] = f"{type(exc).__name__}: {exc}"[:300]
     return out
 
@@ -84,7 +84,7 @@ def check(details_fd, req):
     """The checker process: the verdict is its exit code, the details one line on `details_fd`."""
     try:
         import bigcodebench.eval as checker
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         _write_all(details_fd, b"\n" + (FRAME + json.dumps({
             "status": "harness_error",
             "error": f"cannot import bigcodebench.eval: {type(exc).__name__}: {exc}"})).encode() + b"\n")

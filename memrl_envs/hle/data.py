@@ -334,7 +334,9 @@ def select(questions: Sequence[HLEQuestion], sel: Selection) -> list[HLEQuestion
         keep = {q.id for q in ordered[: sel.subset_size]}
         chosen = [q for q in chosen if q.id in keep]
     if sel.split != "all":
-        in_valid = lambda q: rank(sel.seed, "split", q.id) < sel.valid_fraction  # noqa: E731
+        def in_valid(q: HLEQuestion) -> bool:
+            return rank(sel.seed, "split", q.id) < sel.valid_fraction
+
         chosen = [q for q in chosen if in_valid(q) == (sel.split == "valid")]
     if sel.task_ids is not None:
         present = {q.id for q in chosen}

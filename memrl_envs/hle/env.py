@@ -93,7 +93,7 @@ def _build_judge(judge: Any) -> Judge:
     if isinstance(judge, LLMClient):
         return Judge(judge)
     settings = judge if isinstance(judge, JudgeSettings) else JudgeSettings.model_validate(dict(judge or {}))
-    from memrl.llm.factory import build_client
+    from memrl.control.wiring import build_client
 
     return Judge(build_client(settings, section="env.judge"), examples=settings.n_examples(),
                  json_mode=settings.json_mode, max_tokens=settings.max_tokens,

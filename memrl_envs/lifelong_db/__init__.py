@@ -1,4 +1,5 @@
-"""LifelongAgentBench DB tasks: SQL against a private MariaDB server, one database and account per episode (env=lifelong_db).
+"""LifelongAgentBench DB tasks: SQL against a private MariaDB server, one database and account
+per episode (env=lifelong_db).
 
 The env class is imported on first access, so the command-line module here
 (`python -m memrl_envs.lifelong_db.server ...`) starts without loading the env.

@@ -153,7 +153,8 @@ class EpisodeDatabase:
                                               charset="utf8mb4", connect_timeout=10,
                                               read_timeout=60, write_timeout=60)
             except pymysql.err.MySQLError as exc:
-                raise SandboxError(f"cannot connect to the database server as administrator: {format_error(exc)[0]}") from exc
+                raise SandboxError(f"cannot connect to the database server as administrator: "
+                                   f"{format_error(exc)[0]}") from exc
         return self._admin
 
     def _setup(self) -> None:

@@ -28,7 +28,8 @@ class LifelongDbEnv(lifelong_data.TaskListing, Env):
     validation tasks added to them: ``auto`` = db_val.json beside it, or the hub's validation
     split), task_order (numeric | string), split (all |
     train | validation, from the split file), max_steps (turns: SQL statements, unreadable
-    replies and the answer), memory_format (memrl | official, memory_context), server ("managed": a private MariaDB in ``server_dir``, started
+    replies and the answer), memory_format (memrl | official, memory_context),
+    server ("managed": a private MariaDB in ``server_dir``, started
     on first use and stopped at close when no other process uses it; "external": host/port
     or socket, ``user``, password from the environment variable ``password_env``),
     statement_timeout_s / max_result_rows / observation_max_chars (per-statement limits),

@@ -35,7 +35,9 @@ INSTRUCTION = (
 )
 
 EXAMPLE = """Question: How many books by 'Ann Lee' cost more than 20? Return the count.
-Table information: {"name": "books", "row_list": [[1, "Ann Lee", 25], [2, "Ann Lee", 15], [3, "Bo Chen", 30]], "column_info_list": [{"name": "id", "type": "INT"}, {"name": "author", "type": "TEXT"}, {"name": "price", "type": "INT"}]}
+Table information: {"name": "books", "row_list": [[1, "Ann Lee", 25], [2, "Ann Lee", 15], [3, "Bo Chen", 30]], \
+"column_info_list": [{"name": "id", "type": "INT"}, {"name": "author", "type": "TEXT"}, \
+{"name": "price", "type": "INT"}]}
 Action: Operation
 ```sql
 SELECT COUNT(*) FROM books WHERE author = 'Ann Lee' AND price > 20;
@@ -45,7 +47,9 @@ Action: Answer
 Final Answer: [(1,)]
 
 Question: Change the price of the book with id 2 to 18.
-Table information: {"name": "books", "row_list": [[1, "Ann Lee", 25], [2, "Ann Lee", 15], [3, "Bo Chen", 30]], "column_info_list": [{"name": "id", "type": "INT"}, {"name": "author", "type": "TEXT"}, {"name": "price", "type": "INT"}]}
+Table information: {"name": "books", "row_list": [[1, "Ann Lee", 25], [2, "Ann Lee", 15], [3, "Bo Chen", 30]], \
+"column_info_list": [{"name": "id", "type": "INT"}, {"name": "author", "type": "TEXT"}, \
+{"name": "price", "type": "INT"}]}
 Action: Operation
 ```sql
 UPDATE books SET price = 18 WHERE id = 2;

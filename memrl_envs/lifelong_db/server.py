@@ -19,7 +19,8 @@ Three ways to use it:
 so any number of runs can share one server; every episode works in its own database under its
 own account (see ``db_sandbox``). Users hold leases (files under ``leases/``; a lease whose
 process has died does not count): ``release`` stops the server only when the last lease goes,
-``up`` holds one until ``down``, and ``down`` stops the server whoever holds it. The server's settings follow MySQL 8's defaults where they
+``up`` holds one until ``down``, and ``down`` stops the server whoever holds it.
+The server's settings follow MySQL 8's defaults where they
 change results (``sql_mode``, ``group_concat_max_len``, utf8mb4), and trade durability for
 speed (the data is disposable).
 """

@@ -1,4 +1,5 @@
-"""LifelongAgentBench OS tasks: shell commands in a disposable Debian root file system, in the sandbox (env=lifelong_os).
+"""LifelongAgentBench OS tasks: shell commands in a disposable Debian root file system, in the
+sandbox (env=lifelong_os).
 
 The env class is imported on first access, so the command-line module here
 (`python -m memrl_envs.lifelong_os.rootfs ...`) starts without loading the env.

@@ -33,11 +33,13 @@ class LifelongOsEnv(lifelong_data.TaskListing, Env):
     validation tasks added to them: ``auto`` = os_interaction_val.json beside it, or the hub's
     validation split), task_order (numeric | string), split (all |
     train | validation, from the split file), max_steps (turns: commands, unreadable replies
-    and finish), memory_format (memrl | official, memory_context), rootfs_dir / build_rootfs (the cached root file system, `os_rootfs`; built
+    and finish), memory_format (memrl | official, memory_context),
+    rootfs_dir / build_rootfs (the cached root file system, `os_rootfs`; built
     on first use only when build_rootfs), scratch_dir / upper_size_mb / pids_max / memory_mb /
     workdir (the episode's sandbox, `OverlayShell`: its disk (tmpfs), process and memory caps),
     max_parallel (episode sandboxes at once; null: as many as fit the machine at the caps, a
-    larger number is lowered to that at start and `sandbox_facts()` says why), command_timeout_s (per command, set-up and check
+    larger number is lowered to that at start and `sandbox_facts()` says why),
+    command_timeout_s (per command, set-up and check
     included), observation_max_chars (output shown to the agent per command).
     Agents: "react" (an LLM) or "gold" (runs the ground-truth script; no LLM).
     `shell_factory`: for tests and other backends, ``f(rootfs_path) -> Shell``.

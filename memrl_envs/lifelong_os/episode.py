@@ -17,16 +17,8 @@ from typing import Protocol, Sequence
 from memrl.core.records import Step
 from memrl.env.base import Policy
 from memrl.llm.base import LLMError
-from memrl_envs.lifelong_os.prompts import (
-    FINISH,
-    INVALID_HELP,
-    INVALID_MARK,
-    STOP,
-    Action,
-    build_prompt,
-    format_observation,
-    parse_action,
-)
+from memrl_envs.lifelong_os.prompts import (FINISH, INVALID_HELP, INVALID_MARK, STOP, Action, build_prompt,
+                                            format_observation, parse_action)
 from memrl_envs.lifelong_os.shell import Shell, ShellError, ShellLost
 
 # outcome classes (EpisodeResult.outcome_detail)

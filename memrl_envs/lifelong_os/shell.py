@@ -59,23 +59,9 @@ from typing import Mapping, Protocol
 
 from memrl_envs.lifelong_os.rootfs import RootfsError, shifted_rootfs
 from memrl_envs.lifelong_os.shell_reader import ReplyReader
-from memrl_envs.sandbox import (
-    HOST_BASE,
-    ID_COUNT,
-    CappedReader,
-    Handshake,
-    Limits,
-    SandboxError,
-    UsernsError,
-    caps_report,
-    filter_fd,
-    limits_preexec,
-    log_sandbox_facts,
-    plan_parallel,
-    rootfs_argv,
-    sandbox_cgroup,
-    userns_available,
-)
+from memrl_envs.sandbox import (HOST_BASE, ID_COUNT, CappedReader, Handshake, Limits, SandboxError, UsernsError,
+                                caps_report, filter_fd, limits_preexec, log_sandbox_facts, plan_parallel, rootfs_argv,
+                                sandbox_cgroup, userns_available)
 
 log = logging.getLogger(__name__)
 

@@ -13,20 +13,12 @@ from memrl_envs.sandbox.cgroups import CgroupSupport, SandboxCgroup, cgroup_supp
 from memrl_envs.sandbox.errors import SandboxError
 from memrl_envs.sandbox.fit import ParallelPlan, SandboxFitError, log_sandbox_facts, plan_parallel
 from memrl_envs.sandbox.hostview import python_binds
-from memrl_envs.sandbox.isolate import (
-           CappedReader,
-           Limits,
-           SandboxResult,
-           bwrap_available,
-           caps_report,
-           limits_preexec,
-           run_isolated,
-           sandbox_cgroup,
-)
+from memrl_envs.sandbox.isolate import (CappedReader, Limits, SandboxResult, bwrap_available, caps_report,
+                                        limits_preexec, run_isolated, sandbox_cgroup)
 from memrl_envs.sandbox.seccomp import filter_fd, filter_support
 from memrl_envs.sandbox.userns import HOST_BASE, ID_COUNT, Handshake, UsernsError, userns_available
 
-__all__ = ["CappedReader", "CgroupSupport", "HOST_BASE", "Handshake", "ID_COUNT", "Limits", "ParallelPlan", "SandboxCgroup",
-           "SandboxError", "SandboxFitError", "SandboxResult", "UsernsError", "bwrap_available", "caps_report",
-           "cgroup_support", "filter_fd", "filter_support", "limits_preexec", "log_sandbox_facts",
+__all__ = ["CappedReader", "CgroupSupport", "HOST_BASE", "Handshake", "ID_COUNT", "Limits", "ParallelPlan",
+           "SandboxCgroup", "SandboxError", "SandboxFitError", "SandboxResult", "UsernsError", "bwrap_available",
+           "caps_report", "cgroup_support", "filter_fd", "filter_support", "limits_preexec", "log_sandbox_facts",
            "plan_parallel", "python_binds", "rootfs_argv", "run_isolated", "sandbox_cgroup", "userns_available"]
