@@ -198,3 +198,22 @@ def test_llm_settings_marks_are_read_from_the_schema():
     assert F.mark_of(LLMSettings.model_fields["max_concurrency"]) == F.NO_EFFECT
     assert F.mark_of(LLMSettings.model_fields["temperature"]) == F.RESULT
     assert LLMSettings.model_json_schema()["properties"]["max_concurrency"][F.MARK] is False
+
+
+def test_a_card_naming_a_moved_class_by_its_old_path_compares_equal() -> None:
+    """A run card written before the restructuring names the Lifelong-DB env by the package it
+    then lived in: read with the class's path now, it is the same run (its resume check passes),
+    and another class is still another run."""
+    from memrl.journal.runcard import comparable, config_diff
+
+    now = {"env": {"_target_": "memrl_envs.lifelong_db.LifelongDbEnv", "name": "lifelong_db", "port": 1},
+           "seed": 0}
+    for old_path in ("memrl_envs.lifelong.LifelongDbEnv", "memrl_envs.lifelong.db_env.LifelongDbEnv"):
+        old = {**now, "env": {**now["env"], "_target_": old_path}}
+        assert K.current_targets(old)["env"]["_target_"] == "memrl_envs.lifelong_db.LifelongDbEnv"
+        assert config_diff(comparable(old), comparable(now)) == []
+    other = {**now, "env": {**now["env"], "_target_": "memrl_envs.lifelong_os.LifelongOsEnv"}}
+    assert config_diff(comparable(other), comparable(now)) != []
+    from hydra.utils import get_class
+
+    assert all(get_class(path).__name__ == path.rsplit(".", 1)[1] for path in K.MOVED_TARGETS.values())
