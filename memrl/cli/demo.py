@@ -17,7 +17,7 @@ from memrl.demo.teach import BANK_ORDERS, history_bank
 def main(argv: Sequence[str] | None = None, prog: str = "memrl demo") -> int:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--bench-prompts", type=int, default=8,
+    ap.add_argument("--bench-prompts", type=int, default=4,
                     help="prompts timed with prefix reuse off and on (0 = skip)")
     ap.add_argument("--teacher-steps", type=int, default=TEACHER_STEPS,
                     help=f"the teacher's step cap (default {TEACHER_STEPS})")
@@ -26,6 +26,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl demo") -> int:
     ap.add_argument("--order", choices=BANK_ORDERS, default="history",
                     help="which of a game's two memories is older: the attempt (history) or a coin per game")
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
+    ap.add_argument("--jobs", type=int, default=len(METHODS),
+                    help="student runs at once, each a process (default: all; 1 = one after another, in this "
+                         "process). MemRL's first epoch waits on RAG's answers in the shared cache")
     ap.add_argument("overrides", nargs="*", help="config overrides for every run")
     args = ap.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -42,7 +45,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl demo") -> int:
         phases.append(Phase("teacher (expert twice, no model)", time.monotonic() - t0))
         print(f"[demo] {bank.describe()}", flush=True)
         t0 = time.monotonic()
-        dirs = run_students(out, bank.bank_dir.resolve(), args.overrides, methods)
+        dirs = run_students(out, bank.bank_dir.resolve(), args.overrides, methods, jobs=args.jobs)
         phases.append(Phase("students (" + ", ".join(methods) + ")", time.monotonic() - t0))
     except ConfigError as exc:
         print(f"memrl: {exc}", file=sys.stderr)

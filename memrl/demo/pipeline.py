@@ -1,6 +1,6 @@
 """`make demo`: memory changing outcomes, offline, on real ALFWorld games.
 
-    memrl demo [--out runs/demo] [--bench-prompts 8] [OVERRIDES...]   (= python -m memrl.cli demo)
+    memrl demo [--out runs/demo] [--bench-prompts 4] [--jobs 3] [OVERRIDES...]   (= python -m memrl.cli demo)
 
 1. Teacher: ALFWorld's handcoded expert plays the demo games twice (`memrl.demo.teach`, no
    model): stopped after `--attempt-steps` (a failed attempt of every game), then with its
@@ -32,10 +32,14 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from memrl.core.errors import ConfigError
 from memrl.core.rundir import RunDir
 
 DEFAULT_OUT = Path("runs/demo")
@@ -96,17 +100,39 @@ class DemoResult:
 
 # --------------------------------------------------------------------------- running
 def run_students(out: Path, teacher: Path, extra: Sequence[str],
-                 methods: Sequence[str] = tuple(METHODS)) -> dict[str, Path]:
+                 methods: Sequence[str] = tuple(METHODS), jobs: int = 1) -> dict[str, Path]:
+    """Each method's student run, in `out/<method>`. `jobs` > 1: that many at once, each a
+    `memrl run` process (its output in `out/<method>.log`), started in `methods` order. The
+    runs share the response cache, which answers a request two of them make once (the second
+    waits for the first's answer: MemRL's first epoch, whose Q are all equal, asks what RAG
+    asks), so running them together changes no answer."""
     from memrl.control.session import execute
     from memrl.demo.teach import compose
 
-    dirs = {}
-    for name in methods:
-        overrides = BASE + [o.format(teacher=teacher) for o in METHODS[name]] + list(extra)
-        cfg = compose(overrides)
-        dirs[name] = out / name
-        print(f"[demo] student with {name}: {' '.join(overrides)}", flush=True)
-        execute(cfg, dirs[name])
+    planned = {name: BASE + [o.format(teacher=teacher) for o in METHODS[name]] + list(extra) for name in methods}
+    dirs = {name: out / name for name in methods}
+    for name, overrides in planned.items():
+        compose(overrides)  # a bad override is a ConfigError before anything runs
+    if jobs <= 1:
+        for name, overrides in planned.items():
+            print(f"[demo] student with {name}: {' '.join(overrides)}", flush=True)
+            execute(compose(overrides), dirs[name])
+        return dirs
+    def play(name: str) -> None:
+        log = out / f"{name}.log"
+        print(f"[demo] student with {name} (output: {log}): {' '.join(planned[name])}", flush=True)
+        cmd = [sys.executable, "-m", "memrl.cli", "run", *planned[name], f"hydra.run.dir={dirs[name]}"]
+        with open(log, "w", encoding="utf-8") as fh:
+            done = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT)
+        if done.returncode == 2:
+            raise ConfigError(f"the {name} student's run was refused: {log.read_text()[-2000:]}")
+        if done.returncode != 0:
+            raise RuntimeError(f"the {name} student's run exited {done.returncode}: {log.read_text()[-2000:]}")
+
+    out.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for f in [pool.submit(play, name) for name in methods]:
+            f.result()
     return dirs
 
 
@@ -116,6 +142,14 @@ def _groups(dirs: dict[str, Path]) -> dict[str, Any]:
 
     runs = [r for r in (load_run(d) for d in dirs.values()) if r is not None]
     return {g.memory: g for g in group_runs(runs, warn=lambda m: None)}
+
+
+def _group_of(run_dir: Path | None, groups: dict[str, Any]) -> str:
+    """The report's group of a run (its memory's name: MemRL's student is `memrl_rag`)."""
+    if run_dir is None:
+        return REFERENCE
+    name = (json.loads(RunDir(run_dir).card.read_text()).get("config") or {}).get("memory", {}).get("name")
+    return name if name in groups else REFERENCE
 
 
 def comparisons(groups: dict[str, Any], reference: str = REFERENCE) -> list[dict[str, Any]]:
@@ -183,7 +217,8 @@ def analyse(out: Path, teacher_dir: Path, dirs: dict[str, Path]) -> DemoResult:
         out=out, games=sorted(teacher), model=str(card.get("model")),
         teacher={"games": len(teacher), "solved": sum(t.success for t in teacher.values()),
                  "steps": {t.task_id: len(t.actions) for t in teacher.values()}},
-        sr=sr, comparisons=comparisons(groups), copy=copy, q_moves=moves,
+        sr=sr, comparisons=comparisons(groups, reference=_group_of(dirs.get(REFERENCE), groups)), copy=copy,
+        q_moves=moves,
         speed={"run": speed_of(list(dirs.values()))}, across=across, mechanism=mechanism)
 
 

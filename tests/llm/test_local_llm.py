@@ -144,8 +144,10 @@ def _prompt_end_logits(backend: LocalLlamaBackend, prompts: list[str]) -> list:
 
 def test_prefix_reuse_logits_are_bitwise_those_of_a_fresh_evaluation(tmp_path_factory) -> None:
     """Bitwise, not just the same argmax: the logits at the end of each prompt are exactly a
-    fresh evaluation's. That is not a given: the same prompt evaluated in other batches gives
-    other logits (here: blocks of 32 instead of 16), which is why naive reuse changes answers."""
+    fresh evaluation's. On some CPU builds of llama.cpp the same prompt evaluated in other
+    batches (blocks of 32 instead of 16) gives other logits, which is why the reuse keeps the
+    fresh evaluation's block boundaries; on others it does not, so that contrast is not
+    asserted here (a CI machine's build agreed at both sizes)."""
     import numpy as np
 
     path = ensure_model_file(tmp_path_factory.mktemp("models"))
@@ -155,6 +157,5 @@ def test_prefix_reuse_logits_are_bitwise_those_of_a_fresh_evaluation(tmp_path_fa
 
     fresh = _prompt_end_logits(make(False, 16), prompts)
     reused = _prompt_end_logits(make(True, 16), prompts)
+    assert len(fresh) == len(prompts) > 1
     assert all(np.array_equal(a, b) for a, b in zip(fresh, reused))
-    other_split = _prompt_end_logits(make(False, 32), prompts)
-    assert not all(np.array_equal(a, b) for a, b in zip(fresh, other_split))
