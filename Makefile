@@ -84,15 +84,28 @@ system-deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
+# Two passes: the tests that neither time nor sample the host on TEST_JOBS pytest-xdist workers
+# (a test file stays on one worker, so its module fixtures are built once), then the ones that
+# do (marked `serial`: sandbox containment, time limits, rate limits, speed ratios) alone, so
+# that no other test's load or memory enters what they measure. Both always run; the target
+# fails if either did.
+TEST_JOBS ?= 2
 test: setup
-	$(PY) -m pytest -q
+	@rc1=0; rc2=0; \
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial" || rc1=$$?; \
+	$(PY) -m pytest -q -m serial || rc2=$$?; \
+	echo "make test: parallel pass exit $$rc1, serial pass exit $$rc2"; \
+	[ $$rc1 -eq 0 ] && [ $$rc2 -eq 0 ]
 
 # the linter's rules live in pyproject.toml ([tool.ruff]); CI runs it before the tests
 lint: setup
 	$(VENV)/bin/ruff check .
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+	@rc1=0; rc2=0; \
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not slow and not serial" || rc1=$$?; \
+	$(PY) -m pytest -q -m "serial and not slow" || rc2=$$?; \
+	[ $$rc1 -eq 0 ] && [ $$rc2 -eq 0 ]
 
 # The teacher (ALFWorld's expert) plays the demo games, then the embedded model plays them with
 # MemRL and RAG on the teacher's memories and with none; prints and draws the comparison

@@ -45,6 +45,7 @@ def test_the_run_log_writes_a_line_whatever_it_holds(tmp_path):
     handler = RunLogHandler(str(tmp_path / "run.log"), encoding="utf-8")
     logger = logging.getLogger("memrl.test_safe_text")
     logger.addHandler(handler)
+    logger.propagate = False  # pytest's own log capture is not under test (and xdist cannot send a lone surrogate)
     try:
         try:
             raise ValueError("bad \udcff name")
@@ -52,6 +53,7 @@ def test_the_run_log_writes_a_line_whatever_it_holds(tmp_path):
             logger.exception("episode %s crashed: \x1b[2J", "t0\udc80")
     finally:
         logger.removeHandler(handler)
+        logger.propagate = True
         handler.close()
     text = (tmp_path / "run.log").read_text(encoding="utf-8")
     assert "t0\\udc80 crashed: \\x1b[2J" in text and "bad \\udcff name" in text and "\x1b" not in text

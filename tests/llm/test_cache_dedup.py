@@ -14,11 +14,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from memrl.llm.base import LLMError, LLMRequest
 from clients import make_client
 
 from memrl.llm.response_cache import ResponseCache, request_key
 from memrl.llm.scripted import ScriptedBackend
+
+pytestmark = pytest.mark.serial  # times or samples the host: runs alone (Makefile, test)
 
 
 def _req(text: str) -> LLMRequest:

@@ -28,6 +28,8 @@ from memrl.testing.fault_server import FAULTS, NO_ACTION_REPLY, TRANSIENT_FAULTS
 from memrl.testing.replies import reply_for
 from memory_state import snapshot
 
+pytestmark = pytest.mark.serial  # times or samples the host: runs alone (Makefile, test)
+
 ALFWORLD = Path(__file__).resolve().parents[3] / "shared" / "data" / "alfworld"
 KEY_ENV = "MEMRL_FAULT_TEST_KEY"
 

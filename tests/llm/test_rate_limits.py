@@ -23,6 +23,8 @@ from memrl.llm.ratelimit import ConcurrencyLimiter
 from memrl.llm.scripted import ScriptedBackend
 from memrl.testing.fault_server import FaultPlan, FaultServer
 
+pytestmark = pytest.mark.serial  # times or samples the host: runs alone (Makefile, test)
+
 
 class Clock:
     def __init__(self) -> None:

@@ -14,7 +14,8 @@ import pytest
 
 ALFWORLD = Path(__file__).resolve().parents[4] / "shared" / "data" / "alfworld"
 
-pytestmark = pytest.mark.skipif(not ALFWORLD.is_dir(), reason=f"ALFWorld data not at {ALFWORLD}")
+pytestmark = [pytest.mark.serial,  # times or samples the host: runs alone (Makefile, test)
+              pytest.mark.skipif(not ALFWORLD.is_dir(), reason=f"ALFWorld data not at {ALFWORLD}")]
 
 # Plays the first N valid_seen games twice each (the second time from the translation cache),
 # mixing expert actions, admissible commands and a command TextWorld does not know.

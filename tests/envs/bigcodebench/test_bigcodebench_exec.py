@@ -20,8 +20,8 @@ SHARED = ROOT.parent / "shared" / "data" / "bigcodebench" / "bigcodebench_hard_t
 REAL_STDLIB_TASKS = ["BigCodeBench/19", "BigCodeBench/854", "BigCodeBench/928"]
 
 _WHY = bwrap_available()
-pytestmark = [
-    pytest.mark.skipif(_WHY is not None, reason=f"no sandbox here: {_WHY}"),
+pytestmark = [pytest.mark.serial,  # times or samples the host: runs alone (Makefile, test)
+              pytest.mark.skipif(_WHY is not None, reason=f"no sandbox here: {_WHY}"),
     pytest.mark.skipif(importlib.util.find_spec("bigcodebench") is None,
                        reason="bigcodebench (the checker) is not installed: pip install --no-deps bigcodebench==0.2.5"),
 ]

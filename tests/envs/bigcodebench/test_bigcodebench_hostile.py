@@ -29,8 +29,8 @@ from memrl_envs.sandbox import bwrap_available
 
 TINY = Path(__file__).resolve().parents[2] / "fixtures" / "bigcodebench" / "tiny.jsonl"
 _WHY = bwrap_available()
-pytestmark = [
-    pytest.mark.skipif(_WHY is not None, reason=f"no sandbox here: {_WHY}"),
+pytestmark = [pytest.mark.serial,  # times or samples the host: runs alone (Makefile, test)
+              pytest.mark.skipif(_WHY is not None, reason=f"no sandbox here: {_WHY}"),
     pytest.mark.skipif(importlib.util.find_spec("bigcodebench") is None,
                        reason="bigcodebench (the checker) is not installed: pip install --no-deps bigcodebench==0.2.5"),
 ]

@@ -22,8 +22,9 @@ from memrl_envs.lifelong_db.settings import LifelongDbSettings
 DB_DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "lifelong" / "db_train.json"
 needs_data = pytest.mark.skipif(not DB_DATA.is_file(), reason=f"Lifelong DB data not at {DB_DATA}")
 
-pytestmark = pytest.mark.skipif(find_binary("mariadbd", "mysqld") is None,
-                                reason="no MariaDB server binary (apt-get install -y mariadb-server)")
+pytestmark = [pytest.mark.serial,  # times or samples the host: runs alone (Makefile, test)
+              pytest.mark.skipif(find_binary("mariadbd", "mysqld") is None,
+                                 reason="no MariaDB server binary (apt-get install -y mariadb-server)")]
 
 
 @pytest.fixture(scope="session")

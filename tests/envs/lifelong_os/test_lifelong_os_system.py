@@ -31,7 +31,8 @@ from memrl_envs.sandbox import Limits, cgroup_support, run_isolated
 
 DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "lifelong" / "os_interaction_train.json"
 _WHY = overlay_available()
-pytestmark = pytest.mark.skipif(_WHY is not None, reason=f"no Lifelong-OS sandbox here: {_WHY}")
+pytestmark = [pytest.mark.serial,  # times or samples the host: runs alone (Makefile, test)
+              pytest.mark.skipif(_WHY is not None, reason=f"no Lifelong-OS sandbox here: {_WHY}")]
 
 
 @pytest.fixture(scope="module")

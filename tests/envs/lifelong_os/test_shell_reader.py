@@ -9,8 +9,12 @@ import re
 import threading
 import time
 
+import pytest
+
 from memrl_envs.lifelong_os.shell_reader import WINDOW, ReplyReader
 from memrl_envs.sandbox import CappedReader
+
+pytestmark = pytest.mark.serial  # times or samples the host: runs alone (Makefile, test)
 
 
 def _reader(cap: int):

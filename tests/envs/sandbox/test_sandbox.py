@@ -15,7 +15,8 @@ import pytest
 from memrl_envs.sandbox import Limits, SandboxError, bwrap_available, run_isolated
 
 _WHY = bwrap_available()
-pytestmark = pytest.mark.skipif(_WHY is not None, reason=f"no sandbox here: {_WHY}")
+pytestmark = [pytest.mark.serial,  # times or samples the host: runs alone (Makefile, test)
+              pytest.mark.skipif(_WHY is not None, reason=f"no sandbox here: {_WHY}")]
 
 
 def py(tmp_path: Path, code: str, **limits) -> "object":

@@ -15,6 +15,8 @@ from memrl.core.errors import ConfigError
 from memrl_envs.sandbox import SandboxCgroup, SandboxFitError, cgroup_support, plan_parallel
 from memrl_envs.sandbox.fit import HostResources
 
+pytestmark = pytest.mark.serial  # times or samples the host: runs alone (Makefile, test)
+
 
 def host(memory_mb: int, disk_mb: int = 100_000, limit_mb: int | None = None) -> HostResources:
     return HostResources(memory_total_mb=memory_mb, memory_available_mb=memory_mb, harness_limit_mb=limit_mb,

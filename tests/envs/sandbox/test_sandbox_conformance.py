@@ -63,7 +63,8 @@ CASE_TIMEOUT_S = 12
 FILE_TABLE_SHARE_MAX = 0.2  # of fs.file-max, one sandbox at its process cap (the fit check allows half for all)
 
 _WHY = bwrap_available()
-pytestmark = [pytest.mark.skipif(_WHY is not None, reason=f"no sandbox here: {_WHY}"),
+pytestmark = [pytest.mark.serial,  # times or samples the host: runs alone (Makefile, test)
+              pytest.mark.skipif(_WHY is not None, reason=f"no sandbox here: {_WHY}"),
               pytest.mark.skipif(os.geteuid() != 0, reason="the conformance suite runs as root (as CI does)")]
 REPORT: dict[str, dict] = {}
 

@@ -14,6 +14,8 @@ import pytest
 from memrl_envs.sandbox.uids import UID_BASE, UID_SPAN, UidLease, lease_uid
 from memrl_envs.sandbox.userns import HOST_BASE, ID_COUNT, userns_available
 
+pytestmark = pytest.mark.serial  # times or samples the host: runs alone (Makefile, test)
+
 
 def test_leases_are_unique_and_come_back_when_released():
     leases = [lease_uid(random.Random(7)) for _ in range(200)]  # the same start every time
