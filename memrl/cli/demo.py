@@ -9,15 +9,15 @@ from pathlib import Path
 from typing import Sequence
 
 from memrl.core.errors import ConfigError
-from memrl.demo.pipeline import (ATTEMPT_STEPS, BASE, DEFAULT_OUT, METHODS, TEACHER_STEPS, Phase, analyse, render,
-                                 run_students, write)
+from memrl.demo.pipeline import (ATTEMPT_STEPS, BASE, DEFAULT_OUT, METHODS, TEACHER_STEPS, Phase, analyse, cores,
+                                 render, run_students, uses_teacher, write)
 from memrl.demo.teach import BANK_ORDERS, history_bank
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "memrl demo") -> int:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--bench-prompts", type=int, default=4,
+    ap.add_argument("--bench-prompts", type=int, default=0,
                     help="prompts timed with prefix reuse off and on (0 = skip)")
     ap.add_argument("--teacher-steps", type=int, default=TEACHER_STEPS,
                     help=f"the teacher's step cap (default {TEACHER_STEPS})")
@@ -26,9 +26,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl demo") -> int:
     ap.add_argument("--order", choices=BANK_ORDERS, default="history",
                     help="which of a game's two memories is older: the attempt (history) or a coin per game")
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
-    ap.add_argument("--jobs", type=int, default=len(METHODS),
-                    help="student runs at once, each a process (default: all; 1 = one after another, in this "
-                         "process). MemRL's first epoch waits on RAG's answers in the shared cache")
+    ap.add_argument("--jobs", type=int, default=cores(),
+                    help="cores to use (default: this process's): the other students' runs at once, then "
+                         "MemRL's with that many llama.cpp threads, each a process; 1 = one after another, "
+                         "in this process (memrl.demo.pipeline.run_students)")
     ap.add_argument("overrides", nargs="*", help="config overrides for every run")
     args = ap.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -39,14 +40,24 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl demo") -> int:
     out: Path = args.out
     phases: list[Phase] = []
     try:
+        banks = []
+
+        def teacher() -> Path:
+            t0 = time.monotonic()
+            bank = history_bank(BASE + args.overrides, out / "teacher", attempt_steps=args.attempt_steps,
+                                expert_steps=args.teacher_steps, order=args.order)
+            phases.append(Phase("teacher (expert twice, no model)", time.monotonic() - t0))
+            print(f"[demo] {bank.describe()}", flush=True)
+            banks.append(bank)
+            return bank.bank_dir.resolve()
+
         t0 = time.monotonic()
-        bank = history_bank(BASE + args.overrides, out / "teacher", attempt_steps=args.attempt_steps,
-                            expert_steps=args.teacher_steps, order=args.order)
-        phases.append(Phase("teacher (expert twice, no model)", time.monotonic() - t0))
-        print(f"[demo] {bank.describe()}", flush=True)
-        t0 = time.monotonic()
-        dirs = run_students(out, bank.bank_dir.resolve(), args.overrides, methods, jobs=args.jobs)
-        phases.append(Phase("students (" + ", ".join(methods) + ")", time.monotonic() - t0))
+        dirs = run_students(out, teacher, args.overrides, methods, jobs=args.jobs)
+        early = [m for m in methods if not uses_teacher(m)] if args.jobs > 1 else []
+        phases.append(Phase("students (" + ", ".join(methods) + ")" +
+                            (f"; {', '.join(early)} started with the teacher" if early else ""),
+                            time.monotonic() - t0 - phases[0].seconds))  # the phases add up to the wall time
+        bank = banks[0]
     except ConfigError as exc:
         print(f"memrl: {exc}", file=sys.stderr)
         return 2
@@ -57,7 +68,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl demo") -> int:
     if args.bench_prompts > 0:
         from memrl.demo.bench import bench_prefix_reuse
 
-        res.speed["bench"] = bench_prefix_reuse(bank.expert.run_dir, BASE + args.overrides, args.bench_prompts)
+        threads = [f"llm.n_threads={args.jobs}"] if args.jobs > 1 else []  # the students are done: every core
+        res.speed["bench"] = bench_prefix_reuse(bank.expert.run_dir, BASE + threads + args.overrides,
+                                                args.bench_prompts)
     phases.append(Phase("analysis and speed check", time.monotonic() - t0))
     res.phases = phases
     files = write(res)

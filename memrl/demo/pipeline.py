@@ -1,6 +1,6 @@
 """`make demo`: memory changing outcomes, offline, on real ALFWorld games.
 
-    memrl demo [--out runs/demo] [--bench-prompts 4] [--jobs 3] [OVERRIDES...]   (= python -m memrl.cli demo)
+    memrl demo [--out runs/demo] [--bench-prompts N] [--jobs CORES] [OVERRIDES...]   (= python -m memrl.cli demo)
 
 1. Teacher: ALFWorld's handcoded expert plays the demo games twice (`memrl.demo.teach`, no
    model): stopped after `--attempt-steps` (a failed attempt of every game), then with its
@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from memrl.core.errors import ConfigError
 from memrl.core.rundir import RunDir
@@ -99,29 +100,54 @@ class DemoResult:
 
 
 # --------------------------------------------------------------------------- running
-def run_students(out: Path, teacher: Path, extra: Sequence[str],
+def cores() -> int:
+    """The cores this process may run on (`--jobs`' default)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def uses_teacher(name: str) -> bool:
+    """Whether a method's student starts from the teacher bank (`{teacher}` in its overrides)."""
+    return any("{teacher}" in o for o in METHODS[name])
+
+
+def run_students(out: Path, teacher: Callable[[], Path], extra: Sequence[str],
                  methods: Sequence[str] = tuple(METHODS), jobs: int = 1) -> dict[str, Path]:
-    """Each method's student run, in `out/<method>`. `jobs` > 1: that many at once, each a
-    `memrl run` process (its output in `out/<method>.log`), started in `methods` order. The
-    runs share the response cache, which answers a request two of them make once (the second
-    waits for the first's answer: MemRL's first epoch, whose Q are all equal, asks what RAG
-    asks), so running them together changes no answer."""
+    """Each method's student run, in `out/<method>`; `teacher()` builds the teacher bank and
+    returns its folder.
+
+    `jobs` <= 1: the teacher, then the students one after another, in this process, with the
+    preset's threads. `jobs` > 1 (the cores to use): each student a `memrl run` process (its
+    output in `out/<method>.log`) with one llama.cpp thread, up to `jobs` at once: the students
+    that need no teacher bank (no memory) start while the teacher plays, the others but the
+    reference (RAG) once the bank is there; then the reference (MemRL) alone with
+    `llm.n_threads=<jobs>`. The runs share the response cache: MemRL's first epoch, whose Q
+    are all equal, asks what RAG asked, so it is answered from the cache, and its later epochs
+    get every core. Threads change no answer (`llm.n_threads` is a no-effect setting: the
+    demo's prompts give the same answers at 1 and 2 threads), so the schedule changes the wall
+    time only."""
     from memrl.control.session import execute
     from memrl.demo.teach import compose
 
-    planned = {name: BASE + [o.format(teacher=teacher) for o in METHODS[name]] + list(extra) for name in methods}
+    def own(name: str, bank: Path | None) -> list[str]:
+        return BASE + [o.format(teacher=bank) for o in METHODS[name]]
+
     dirs = {name: out / name for name in methods}
-    for name, overrides in planned.items():
-        compose(overrides)  # a bad override is a ConfigError before anything runs
+    for name in methods:
+        compose(own(name, out / "teacher") + list(extra))  # a bad override is a ConfigError before anything runs
     if jobs <= 1:
-        for name, overrides in planned.items():
+        bank = teacher()
+        for name in methods:
+            overrides = own(name, bank) + list(extra)
             print(f"[demo] student with {name}: {' '.join(overrides)}", flush=True)
             execute(compose(overrides), dirs[name])
         return dirs
-    def play(name: str) -> None:
+
+    def play(name: str, args: list[str]) -> None:
         log = out / f"{name}.log"
-        print(f"[demo] student with {name} (output: {log}): {' '.join(planned[name])}", flush=True)
-        cmd = [sys.executable, "-m", "memrl.cli", "run", *planned[name], f"hydra.run.dir={dirs[name]}"]
+        # one write per line: the threads' lines must not interleave
+        sys.stdout.write(f"[demo] student with {name} (output: {log}): {' '.join(args)}\n")
+        sys.stdout.flush()
+        cmd = [sys.executable, "-m", "memrl.cli", "run", *args, f"hydra.run.dir={dirs[name]}"]
         with open(log, "w", encoding="utf-8") as fh:
             done = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT)
         if done.returncode == 2:
@@ -130,9 +156,17 @@ def run_students(out: Path, teacher: Path, extra: Sequence[str],
             raise RuntimeError(f"the {name} student's run exited {done.returncode}: {log.read_text()[-2000:]}")
 
     out.mkdir(parents=True, exist_ok=True)
+    one_thread = ["llm.n_threads=1"]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for f in [pool.submit(play, name) for name in methods]:
+        running = [pool.submit(play, name, own(name, None) + one_thread + list(extra))
+                   for name in methods if name != REFERENCE and not uses_teacher(name)]
+        bank = teacher()  # meanwhile, in this process
+        running += [pool.submit(play, name, own(name, bank) + one_thread + list(extra))
+                    for name in methods if name != REFERENCE and uses_teacher(name)]
+        for f in running:
             f.result()
+    if REFERENCE in methods:  # the user's overrides last
+        play(REFERENCE, own(REFERENCE, bank) + [f"llm.n_threads={jobs}"] + list(extra))
     return dirs
 
 
