@@ -107,9 +107,10 @@ test-fast: setup
 	$(PY) -m pytest -q -m "serial and not slow" || rc2=$$?; \
 	[ $$rc1 -eq 0 ] && [ $$rc2 -eq 0 ]
 
-# The teacher (ALFWorld's expert) plays the demo games, then the embedded model plays them with
-# MemRL and RAG on the teacher's memories and with none; prints and draws the comparison
-# (README, "The demo"). DEMO_ARGS: e.g. `--out runs/demo2 llm=local_smollm2 llm.n_threads=2`.
+# The teacher (ALFWorld's expert) plays the demo games twice (a failed attempt, then whole), then
+# the embedded model plays them with MemRL and RAG, each from that history bank and writing every
+# episode, and with none; prints and draws the comparison (README, "The demo").
+# DEMO_ARGS: e.g. `--out runs/demo2 --bench-prompts 4 llm=local_smollm2` (`--jobs 1`: one run at a time).
 DEMO_ARGS ?=
 demo: setup
 	@test -d "$(ALFWORLD_DATA)/json_2.1.1" || { echo "no ALFWorld data at $(ALFWORLD_DATA): run 'make data-alfworld'"; exit 1; }

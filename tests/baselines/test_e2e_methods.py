@@ -1,5 +1,7 @@
 """Every memory method end to end through the command line on real ALFWorld games with the
-embedded model (a small sample: 2 games, 2 epochs, 2 steps)."""
+embedded model (a small sample: 2 games, 2 epochs, 2 steps). The methods run as one Hydra
+multirun (one process, as a researcher's sweep over `memory=` runs), sharing a response cache;
+Pass@k, which needs sampling, runs on its own."""
 
 from __future__ import annotations
 
@@ -17,8 +19,11 @@ ALFWORLD = Path(__file__).resolve().parents[3] / "shared" / "data" / "alfworld"
 
 # memrl itself runs end to end in test_e2e_alfworld.py and mem0 in test_mem0.py (slow tests
 # there check more than this one does), so they are not repeated here.
-METHODS = ["memrl_rag", "memrl_no_norm_simgate", "none", "pass_at_k", "rag", "reflection",
-           "self_rag", "memp"]
+SWEPT = ["memrl_rag", "memrl_no_norm_simgate", "none", "rag", "reflection", "self_rag", "memp"]
+SAMPLED = "pass_at_k"  # independent attempts need sampling: its own run at temperature 0.7
+METHODS = SWEPT + [SAMPLED]
+COMMON = ["env.split=valid_seen", "env.max_tasks=2", "env.max_steps=2", "runner.epochs=2", "llm=local",
+          "runner.progress=false"]
 
 pytestmark = [
     pytest.mark.slow,
@@ -26,18 +31,29 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_method_end_to_end(tmp_path, method):
-    env = dict(os.environ, ALFWORLD_DATA=str(ALFWORLD), MEMRL_CACHE_DIR=str(tmp_path / "cache"),
+def _memrl(args: list[str], cache: Path) -> None:
+    env = dict(os.environ, ALFWORLD_DATA=str(ALFWORLD), MEMRL_CACHE_DIR=str(cache),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
-    run_dir = tmp_path / "run"
-    args = [f"memory={method}", "env.split=valid_seen", "env.max_tasks=2", "env.max_steps=2",
-            "runner.epochs=2", "llm=local", "runner.progress=false", f"hydra.run.dir={run_dir}"]
-    if method == "pass_at_k":
-        args.append("llm.temperature=0.7")  # independent attempts need sampling
     out = subprocess.run([sys.executable, "-m", "memrl.cli", "run", *args], env=env, capture_output=True,
                          text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def run_dirs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("methods")
+    _memrl(["-m", f"memory={','.join(SWEPT)}", *COMMON, f"hydra.sweep.dir={root / 'sweep'}"], root / "cache")
+    _memrl([f"memory={SAMPLED}", *COMMON, "llm.temperature=0.7", f"hydra.run.dir={root / SAMPLED}"],
+           root / "cache")
+    swept = {json.loads(card.read_text())["config"]["memory"]["name"]: card.parent
+             for card in (root / "sweep").glob(f"*/{RunDir(root).card.name}")}
+    assert sorted(swept) == sorted(SWEPT), swept  # one run directory per method (hydra.sweep.subdir)
+    return {**swept, SAMPLED: root / SAMPLED}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_method_end_to_end(run_dirs, method):
+    run_dir = run_dirs[method]
     metrics = json.loads(RunDir(run_dir).metrics.read_text())
     assert metrics["n_tasks"] == 2 and metrics["epochs"] == 2
     recs = [json.loads(x) for x in RunDir(run_dir).episodes.read_text().splitlines()]
