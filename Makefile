@@ -90,22 +90,21 @@ system-deps:
 # that no other test's load or memory enters what they measure. Both always run; the target
 # fails if either did.
 TEST_JOBS ?= 2
-test: setup
-	@rc1=0; rc2=0; \
-	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial" || rc1=$$?; \
-	$(PY) -m pytest -q -m serial || rc2=$$?; \
+# $(call two_passes,SEL): both passes, SEL narrowing each marker expression (e.g. " and not slow")
+two_passes = @rc1=0; rc2=0; \
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial$(1)" || rc1=$$?; \
+	$(PY) -m pytest -q -m "serial$(1)" || rc2=$$?; \
 	echo "make test: parallel pass exit $$rc1, serial pass exit $$rc2"; \
 	[ $$rc1 -eq 0 ] && [ $$rc2 -eq 0 ]
+test: setup
+	$(call two_passes,)
 
 # the linter's rules live in pyproject.toml ([tool.ruff]); CI runs it before the tests
 lint: setup
 	$(VENV)/bin/ruff check .
 
 test-fast: setup
-	@rc1=0; rc2=0; \
-	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not slow and not serial" || rc1=$$?; \
-	$(PY) -m pytest -q -m "serial and not slow" || rc2=$$?; \
-	[ $$rc1 -eq 0 ] && [ $$rc2 -eq 0 ]
+	$(call two_passes, and not slow)
 
 # The teacher (ALFWorld's expert) plays the demo games twice (a failed attempt, then whole), then
 # the embedded model plays them with MemRL and RAG, each from that history bank and writing every

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Sequence
 
 from memrl.core.errors import ConfigError
-from memrl.demo.pipeline import (ATTEMPT_STEPS, BASE, DEFAULT_OUT, METHODS, TEACHER_STEPS, Phase, analyse, cores,
-                                 render, run_students, uses_teacher, write)
+from memrl.demo.pipeline import (ATTEMPT_STEPS, BASE, DEFAULT_OUT, METHODS, TEACHER_STEPS, Phase,
+                                 alongside_teacher, analyse, cores, render, run_students, write)
 from memrl.demo.teach import BANK_ORDERS, history_bank
 
 
@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl demo") -> int:
 
         t0 = time.monotonic()
         dirs = run_students(out, teacher, args.overrides, methods, jobs=args.jobs)
-        early = [m for m in methods if not uses_teacher(m)] if args.jobs > 1 else []
+        early = alongside_teacher(methods, args.jobs)
         phases.append(Phase("students (" + ", ".join(methods) + ")" +
                             (f"; {', '.join(early)} started with the teacher" if early else ""),
                             time.monotonic() - t0 - phases[0].seconds))  # the phases add up to the wall time

@@ -110,6 +110,12 @@ def uses_teacher(name: str) -> bool:
     return any("{teacher}" in o for o in METHODS[name])
 
 
+def alongside_teacher(methods: Sequence[str], jobs: int) -> list[str]:
+    """The students that start while the teacher plays (`run_students` with `jobs` > 1): those
+    that need no teacher bank, the reference aside."""
+    return [m for m in methods if m != REFERENCE and not uses_teacher(m)] if jobs > 1 else []
+
+
 def run_students(out: Path, teacher: Callable[[], Path], extra: Sequence[str],
                  methods: Sequence[str] = tuple(METHODS), jobs: int = 1) -> dict[str, Path]:
     """Each method's student run, in `out/<method>`; `teacher()` builds the teacher bank and
@@ -158,11 +164,11 @@ def run_students(out: Path, teacher: Callable[[], Path], extra: Sequence[str],
     out.mkdir(parents=True, exist_ok=True)
     one_thread = ["llm.n_threads=1"]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        running = [pool.submit(play, name, own(name, None) + one_thread + list(extra))
-                   for name in methods if name != REFERENCE and not uses_teacher(name)]
+        early = alongside_teacher(methods, jobs)
+        running = [pool.submit(play, name, own(name, None) + one_thread + list(extra)) for name in early]
         bank = teacher()  # meanwhile, in this process
         running += [pool.submit(play, name, own(name, bank) + one_thread + list(extra))
-                    for name in methods if name != REFERENCE and uses_teacher(name)]
+                    for name in methods if name != REFERENCE and name not in early]
         for f in running:
             f.result()
     if REFERENCE in methods:  # the user's overrides last

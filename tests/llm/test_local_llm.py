@@ -152,10 +152,10 @@ def test_prefix_reuse_logits_are_bitwise_those_of_a_fresh_evaluation(tmp_path_fa
 
     path = ensure_model_file(tmp_path_factory.mktemp("models"))
     prompts = _episode_prompts()
-    def make(reuse, block):
-        return LocalLlamaBackend(model_path=path, n_ctx=1024, n_threads=1, reuse_prefix=reuse, prefix_block=block)
+    def make(reuse):
+        return LocalLlamaBackend(model_path=path, n_ctx=1024, n_threads=1, reuse_prefix=reuse, prefix_block=16)
 
-    fresh = _prompt_end_logits(make(False, 16), prompts)
-    reused = _prompt_end_logits(make(True, 16), prompts)
+    fresh = _prompt_end_logits(make(False), prompts)
+    reused = _prompt_end_logits(make(True), prompts)
     assert len(fresh) == len(prompts) > 1
     assert all(np.array_equal(a, b) for a, b in zip(fresh, reused))
