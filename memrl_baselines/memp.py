@@ -215,6 +215,7 @@ class MemPMemory(BankedMemory):
         # for `digest` in the same worker thread. Task ids are unique within a run.
         self._episodes: dict[str, tuple[list[RetrievedMemory], list[str] | None, str | None]] = {}
         self._lock = threading.Lock()
+        self._seeds: dict[str, int] = {}  # retrieval seeds of keyword_average tasks, for `select`
 
     def prepare(self, tasks: list[Task], seed: int) -> dict[str, Any]:
         return {"build": self.s.build, "retrieve": self.s.retrieve, "update": self.s.update,
@@ -255,8 +256,10 @@ class MemPMemory(BankedMemory):
                                experience=entry.experience, q=entry.q, similarity=float(sim),
                                score=float(sim), success=entry.success)
 
-    def nearest(self, key: np.ndarray) -> list[RetrievedMemory]:
-        return [self._as_retrieved(e, s) for e, s in self.bank.query(key, self.s.k)]
+    def nearest(self, key: np.ndarray, seed: int = 0) -> list[RetrievedMemory]:
+        """The k most similar memories; ties by the bank's rule (`memory.bank.ties`, drawn from
+        the retrieval's `seed` when random)."""
+        return [self._as_retrieved(e, s) for e, s in self.bank.query(key, self.s.k, seed=seed)]
 
     def random_memories(self, task: Task, seed: int) -> list[RetrievedMemory]:
         entries = list(self.bank.iter_entries())
@@ -275,15 +278,19 @@ class MemPMemory(BankedMemory):
         if self.s.retrieve == "random":
             return self.random_memories(task, seed)
         if self.s.retrieve == "keyword_average":
+            with self._lock:
+                self._seeds[task.task_id] = seed  # `select` ranks with the same draw
             return []  # needs the model: done in `select`
-        return self.nearest(self._embed(task.intent))
+        return self.nearest(self._embed(task.intent), seed)
 
     def select(self, task: Task, candidates: list[RetrievedMemory], *,
                llm: "EpisodeLLM | None") -> list[RetrievedMemory]:
         keywords, error = None, None
         if self.s.retrieve == "keyword_average":
             keywords, error = self.extract_keywords(task.intent, llm)
-            candidates = self.nearest(self.keyword_key(keywords))
+            with self._lock:
+                seed = self._seeds.pop(task.task_id, 0)
+            candidates = self.nearest(self.keyword_key(keywords), seed)
         with self._lock:
             self._episodes[task.task_id] = (list(candidates), keywords, error)
         return candidates

@@ -65,7 +65,7 @@ class SimilarityMemory(BankedMemory):
 
     # --------------------------------------------------------------- retrieve
     def retrieve(self, task: Task, *, seed: int = 0) -> list[RetrievedMemory]:
-        hits = self.bank.query(self._embed(task.intent), self.s.k)
+        hits = self.bank.query(self._embed(task.intent), self.s.k, seed=seed)
         gate = self.s.min_similarity
         return [RetrievedMemory(memory_id=e.memory_id, intent=e.intent, experience=e.experience,
                                 q=e.q, similarity=float(sim), score=float(sim), success=e.success)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from memrl.core.fields import no_effect
 from memrl.memory.entry import BankUpdate, MemoryEntry
-from memrl.memory.retrieval import TIE_TOL, key_similarities, phase_a
+from memrl.memory.retrieval import TIE_TOL, BankTies, key_similarities, phase_a, tie_precedence
 
 _GET_PAGE = 2000
 _ADD_BATCH = 5000  # Chroma's maximum batch is 5,461
@@ -48,6 +48,12 @@ class BankSettings(BaseModel):
     init_q: Literal["keep", "reset"] = "keep"
     # Retrieve only: no utility updates, no new memories, no writer calls.
     frozen: bool = False
+    ties: BankTies = Field("oldest", description=(
+        "order among memories of equal similarity, in every similarity ranking (RAG's top-k, "
+        "MemRL's Phase-A pool and Phase-B tie-break): oldest first (the official code's stable "
+        "sort) | newest first | random (drawn per query from the run seed, the epoch and the task, "
+        "so a rerun draws the same). In the paper's loop a task's memories share its intent, so "
+        "every retrieval of a repeated task is a tie: this rule can decide what a method shows."))
 
     @field_validator("init_from")
     @classmethod
@@ -64,7 +70,7 @@ class BankSettings(BaseModel):
         runs never write into one collection by accident (see `_claim_server_collection`)."""
         bank = ChromaBank(path, collection=self.collection, host=self.host, port=self.port,
                           ef_search=self.ef_search, ef_construction=self.ef_construction,
-                          max_neighbors=self.max_neighbors)
+                          max_neighbors=self.max_neighbors, ties=self.ties)
         if self.host:
             self._claim_server_collection(bank, Path(path))
         return bank
@@ -93,13 +99,17 @@ class BankSettings(BaseModel):
 class ChromaBank:
     def __init__(self, path: str | Path | None = None, *, collection: str = "memories",
                  host: str | None = None, port: int = 8000, ef_search: int = 256,
-                 ef_construction: int = 256, max_neighbors: int = 32, create: bool = True):
+                 ef_construction: int = 256, max_neighbors: int = 32, create: bool = True,
+                 ties: BankTies = "oldest"):
         """Open (and by default create) the collection. `create=False` opens an existing
-        collection with the search settings it was created with (bank tools, transfer)."""
+        collection with the search settings it was created with (bank tools, transfer). `ties`:
+        the order among entries of equal similarity in `neighbours` and `query`
+        (`retrieval.tie_precedence`)."""
         import chromadb
         from chromadb.config import Settings
 
         settings = Settings(anonymized_telemetry=False, allow_reset=False)
+        self.ties: BankTies = ties
         if host:
             self.client = chromadb.HttpClient(host=host, port=port, settings=settings)
         else:
@@ -131,9 +141,15 @@ class ChromaBank:
     def count(self) -> int:
         return self.col.count()
 
-    def neighbours(self, embedding: np.ndarray, k: int, *,
-                   by_key: bool = False) -> list[tuple[MemoryEntry, float]]:
-        """Entries by cosine similarity, most similar first (ties: older first), enough of them
+    def precedence(self, entries: list[MemoryEntry], seed: int = 0) -> np.ndarray:
+        """The entries' tie precedence under this bank's rule (lower first; `tie_precedence`)."""
+        return tie_precedence(np.array([e.order for e in entries], dtype=np.int64),
+                              [e.memory_id for e in entries], self.ties, seed)
+
+    def neighbours(self, embedding: np.ndarray, k: int, *, by_key: bool = False,
+                   seed: int = 0) -> list[tuple[MemoryEntry, float]]:
+        """Entries by cosine similarity, most similar first (ties: by the bank's tie rule, drawn
+        from `seed` when it is `random`), enough of them
         that the top-k entries -- or, with `by_key`, every entry of the top-k keys (see
         `retrieval.key_similarities`) -- and everything tied with the k-th are in hand.
 
@@ -155,7 +171,8 @@ class ChromaBank:
                    for mid, doc, meta, dist in zip(res["ids"][0], res["documents"][0],
                                                    res["metadatas"][0], res["distances"][0])]
             sims = key_similarities(np.array([s for _, s in out]), [e.key for e, _ in out])
-            rank = sorted(range(len(out)), key=lambda i: (-sims[i], out[i][0].order))
+            prec = self.precedence([e for e, _ in out], seed)
+            rank = sorted(range(len(out)), key=lambda i: (-sims[i], prec[i]))
             out = [out[i] for i in rank]
             sims = sims[rank]
             if len(out) < want:
@@ -170,15 +187,16 @@ class ChromaBank:
                 return out  # the last result is below the k-th: no tie is cut off
             want *= 2
 
-    def query(self, embedding: np.ndarray, k: int) -> list[tuple[MemoryEntry, float]]:
+    def query(self, embedding: np.ndarray, k: int, *, seed: int = 0) -> list[tuple[MemoryEntry, float]]:
         """Top-k entries by cosine similarity, most similar first; entries tied with the k-th
-        (one key, or within `TIE_TOL`) go to the older entry."""
-        hits = self.neighbours(embedding, k)
+        (one key, or within `TIE_TOL`) are chosen by the bank's tie rule (oldest first by
+        default; `random` draws from `seed`)."""
+        hits = self.neighbours(embedding, k, seed=seed)
         if not hits:
             return []
         sims = np.array([s for _, s in hits])
         keep = phase_a(sims, delta=-1.0, k1=k, gate=False, ties="oldest", keys=[e.key for e, _ in hits],
-                       orders=np.array([e.order for e, _ in hits]))
+                       orders=self.precedence([e for e, _ in hits], seed))
         return [hits[i] for i in keep]
 
     def get(self, ids: list[str], *, with_embeddings: bool = False) -> dict[str, MemoryEntry]:

@@ -136,9 +136,10 @@ class MemRLMemory(BankedMemory):
 
     # --------------------------------------------------------------- retrieve
     def retrieve(self, task: Task, *, seed: int = 0) -> Retrieved:
-        hits = self.bank.neighbours(self._embed(task.intent), self.s.k1, by_key=self.s.pool_by_intent)
+        hits = self.bank.neighbours(self._embed(task.intent), self.s.k1, by_key=self.s.pool_by_intent,
+                                    seed=seed)
         keys = [e.key for e, _ in hits]
-        orders = np.array([e.order for e, _ in hits])
+        orders = self.bank.precedence([e for e, _ in hits], seed)  # the bank's tie rule
         sims = key_similarities(np.array([s for _, s in hits]), keys)
         if self.s.pool_by_intent:
             pool_idx = pool_by_intent(sims, keys, delta=self.delta, k1=self.s.k1, gate=self.s.sim_gate,

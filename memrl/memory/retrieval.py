@@ -12,11 +12,17 @@ similarity (`key_similarities`), so copies of one intent tie exactly even where 
 store returned them with slightly different distances.
 
 Ties. Runtime learning replays the same tasks every epoch, so a task's own memories tie at
-sim = 1. `phase_a_ties` decides what happens to entries tied with the k1-th similarity:
-`include` (default) lets all of them into the pool, so Phase B (which sees Q) chooses among
-them; `oldest` keeps the oldest ones up to k1 (the official code's stable sort). Two
-similarities tie when they share a key or differ by at most `TIE_TOL` (a tolerance, never a
-rounding bin).
+sim = 1: in the paper's loop every retrieval of a repeated task is a tie. Two similarities tie
+when they share a key or differ by at most `TIE_TOL` (a tolerance, never a rounding bin).
+Among tied entries the order is the bank's tie rule (`memory.bank.ties`, `tie_precedence`):
+`oldest` first (the default: the official code's stable sort over insertion order), `newest`
+first, or `random` (a permutation drawn per query from the retrieval's seed, which derives from
+the run seed, the epoch and the task, so a rerun draws the same). Every similarity ranking
+follows it: RAG's and the other similarity baselines' top-k, MemRL's Phase-A pool order and
+Phase B's last tie-break (pool position). `phase_a_ties` decides what happens to entries tied
+with the k1-th similarity: `include` (default) lets all of them into the pool, so Phase B
+(which sees Q) chooses among them; `oldest` cuts the tied group to k1, keeping the first ones
+in tie precedence (the oldest under the default rule: the official code's stable sort).
 
 Official-code Phase A (`pool_by_intent`): keys, not memories, are ranked; the top-k1 keys'
 buckets (every memory filed under them) form the pool.
@@ -29,8 +35,29 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
+from memrl.core.seeding import derive_seed
+
 TieRule = Literal["include", "oldest"]
+BankTies = Literal["oldest", "newest", "random"]
 TIE_TOL = 1e-6  # two similarities this close (or sharing a key) are tied
+
+
+def tie_precedence(orders: np.ndarray, ids: Sequence[str], rule: BankTies = "oldest",
+                   seed: int = 0) -> np.ndarray:
+    """Each entry's place among entries of equal similarity (lower comes first): its insertion
+    order (`oldest`), the reverse (`newest`), or a permutation drawn from `seed` (`random`: each
+    entry's rank under a stable hash of (seed, its id), so the draw does not depend on the order
+    the entries arrived in, only on which entries they are)."""
+    orders = np.asarray(orders)
+    if rule == "oldest":
+        return orders
+    if rule == "newest":
+        return -orders
+    if rule == "random":
+        if len(ids) != orders.size:
+            raise ValueError("ids and orders must have the same length")
+        return np.array([derive_seed(seed, "ties", i) for i in ids], dtype=np.int64)
+    raise ValueError(f"memory.bank.ties: unknown rule {rule!r} (oldest | newest | random)")
 
 
 def zscore(x: np.ndarray, *, mean: float | None = None, std: float | None = None,
@@ -76,7 +103,8 @@ def passes_gate(sims: np.ndarray, delta: float, *, inclusive: bool = False) -> n
 
 
 def _ranked(sims: np.ndarray, orders: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """`idx` sorted by similarity (highest first), then by insertion order (oldest first)."""
+    """`idx` sorted by similarity (highest first), then by tie precedence (`orders`: lowest
+    first; insertion order, i.e. oldest first, unless a `tie_precedence` rule says otherwise)."""
     return idx[np.lexsort((orders[idx], -sims[idx]))]
 
 
@@ -84,7 +112,7 @@ def cut_at_k(sims: np.ndarray, orders: np.ndarray, ranked: np.ndarray, k: int, *
              ties: TieRule = "include", tol: float = TIE_TOL) -> np.ndarray:
     """The first k of `ranked` (indices sorted by `_ranked`), with the tie rule applied to the
     entries tied with the k-th similarity: `include` keeps them all, `oldest` keeps the
-    oldest of them up to k."""
+    first of them in tie precedence (`orders`) up to k."""
     if ranked.size <= k:
         return ranked
     boundary = sims[ranked[k - 1]]
@@ -106,9 +134,10 @@ def phase_a(sims: np.ndarray, *, delta: float, k1: int, gate: bool = True,
             orders: np.ndarray | None = None, tol: float = TIE_TOL) -> np.ndarray:
     """Indices of the top-k1 similarities, keeping only sim > δ when the gate is on.
 
-    Entries rank by similarity, then by `orders` (insertion order; default: position), so
-    results are deterministic. Entries tied with the k1-th similarity follow `ties`. With
-    `keys`, all entries of one key take the key's similarity (see `key_similarities`).
+    Entries rank by similarity, then by `orders` (tie precedence: insertion order unless a
+    `tie_precedence` rule says otherwise; default: position), so results are deterministic.
+    Entries tied with the k1-th similarity follow `ties`. With `keys`, all entries of one key
+    take the key's similarity (see `key_similarities`).
     """
     sims = key_similarities(sims, keys)
     orders = np.arange(sims.size) if orders is None else np.asarray(orders)
@@ -123,8 +152,9 @@ def pool_by_intent(sims: np.ndarray, keys: Sequence[Any], *, delta: float, k1: i
                    orders: np.ndarray | None = None, tol: float = TIE_TOL) -> np.ndarray:
     """The official code's Phase A: rank distinct keys by similarity (sim ≥ δ when the gate is
     on: the official code keeps a key at the threshold, the paper's gate is strict), take the
-    top-k1 keys (ties by `ties`, key age = its oldest entry), and return every entry filed
-    under them: key by key in rank order, each bucket oldest first. The pool is usually larger
+    top-k1 keys (ties by `ties`; a key's precedence is its first entry's), and return every
+    entry filed under them: key by key in rank order, each bucket in tie precedence (oldest
+    first by default). The pool is usually larger
     than k1."""
     sims = key_similarities(sims, keys)
     orders = np.arange(sims.size) if orders is None else np.asarray(orders)
