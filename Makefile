@@ -16,6 +16,9 @@ export ALFWORLD_DATA
 # Lifelong Agent Bench task files (os_interaction_train.json, db_train.json)
 LIFELONG_DATA ?= $(if $(wildcard $(SHARED_DATA)/lifelong),$(SHARED_DATA)/lifelong,$(HOME)/.cache/memrl/lifelong)
 export LIFELONG_DATA
+# BigCodeBench task files for the tests (bigcodebench_hard_train.jsonl); runs read the hub or env.data_path
+BIGCODEBENCH_DATA ?= $(if $(wildcard $(SHARED_DATA)/bigcodebench),$(SHARED_DATA)/bigcodebench,$(HOME)/.cache/memrl/bigcodebench)
+export BIGCODEBENCH_DATA
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -91,10 +94,10 @@ system-deps:
 # fails if either did.
 TEST_JOBS ?= 2
 # $(call two_passes,SEL): both passes, SEL narrowing each marker expression (e.g. " and not slow")
-two_passes = @rc1=0; rc2=0; \
-	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial$(1)" || rc1=$$?; \
-	$(PY) -m pytest -q -m "serial$(1)" || rc2=$$?; \
-	echo "make test: parallel pass exit $$rc1, serial pass exit $$rc2"; \
+two_passes = @rc1=0; rc2=0; t0=$$(date +%s); \
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial$(1)" || rc1=$$?; t1=$$(date +%s); \
+	$(PY) -m pytest -q -m "serial$(1)" || rc2=$$?; t2=$$(date +%s); \
+	echo "make test: parallel pass exit $$rc1 in $$((t1 - t0)) s, serial pass exit $$rc2 in $$((t2 - t1)) s"; \
 	[ $$rc1 -eq 0 ] && [ $$rc2 -eq 0 ]
 test: setup
 	$(call two_passes,)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from data_paths import ALFWORLD
 
-ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
+
 needs_data = pytest.mark.skipif(not ALFWORLD.is_dir(), reason=f"ALFWorld data not at {ALFWORLD}")
 
 

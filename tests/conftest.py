@@ -17,8 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+from data_paths import ALFWORLD
 
-ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
+pytest_plugins = ["require_plugin"]  # no silent skips: MEMRL_TEST_REQUIRE=all makes a skip a failure
+
 SWEEP_METHODS = ("memrl", "none")
 
 

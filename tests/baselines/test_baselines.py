@@ -27,10 +27,11 @@ from memrl.memory.base import LearnItem
 from memrl.memory.writer import format_trajectory
 from memrl.metrics.compute import write_metrics
 from memory_state import learn, snapshot
+from data_paths import ALFWORLD
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = str(ROOT / "configs")
-ALFWORLD = ROOT.parent / "shared" / "data" / "alfworld"
+
 needs_data = pytest.mark.skipif(not ALFWORLD.is_dir(), reason=f"ALFWorld data not at {ALFWORLD}")
 
 # The first two valid_seen games (sorted). The expert wins A in a few steps.

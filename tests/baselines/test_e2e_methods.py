@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from memrl.core.rundir import RunDir
+from data_paths import ALFWORLD
 
-ALFWORLD = Path(__file__).resolve().parents[3] / "shared" / "data" / "alfworld"
 
 # memrl itself runs end to end in test_e2e_alfworld.py and mem0 in test_mem0.py (slow tests
 # there check more than this one does), so they are not repeated here.

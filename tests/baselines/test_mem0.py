@@ -30,9 +30,10 @@ from memrl.memory.entry import BankUpdate
 from memrl_baselines.mem0 import Mem0Memory, Mem0Settings
 from memrl_baselines.mem0_bridge import parse_extraction
 from memory_state import snapshot
+from data_paths import ALFWORLD
 
 ROOT = Path(__file__).resolve().parents[2]
-ALFWORLD = ROOT.parent / "shared" / "data" / "alfworld"
+
 
 MUG = Task("a/1", "put a clean mug in coffeemachine.")
 MUG2 = Task("b/2", "put a clean mug in the coffeemachine.")

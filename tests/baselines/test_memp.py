@@ -34,10 +34,11 @@ from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl_baselines.memp import (ADJUST_PROMPT, KEYWORD_PROMPT, SCRIPT_PROMPT, DeprecationSettings, MemPMemory,
                                   MemPSettings, compose_experience, is_deprecated, parse_keywords, parse_procedure)
 from memory_state import snapshot
+from data_paths import ALFWORLD
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = str(ROOT / "configs")
-ALFWORLD = ROOT.parent / "shared" / "data" / "alfworld"
+
 needs_data = pytest.mark.skipif(not ALFWORLD.is_dir(), reason=f"ALFWorld data not at {ALFWORLD}")
 
 # The expert wins WIN in three real actions (after a no-op 'look'); LOSE is never won here.

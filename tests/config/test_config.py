@@ -14,9 +14,9 @@ from hydra import compose, initialize_config_dir
 from memrl.config.validate import validate
 from memrl.core.errors import ConfigError
 from memrl.core.rundir import RunDir
+from data_paths import ALFWORLD
 
 CONFIGS = str(Path(__file__).resolve().parents[2] / "configs")
-ALFWORLD = Path(__file__).resolve().parents[3] / "shared" / "data" / "alfworld"
 
 
 def cfg(*overrides: str):

@@ -11,18 +11,18 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from memrl.config.validate import validate
+from data_paths import ALFWORLD, BCB_HARD_TRAIN, LIFELONG, LIFELONG_DB, LIFELONG_OS
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "data"
 METHODS = ["memrl", "none", "pass_at_k", "rag", "self_rag", "memp", "reflection", "mem0"]
 TOP_K = ("rag", "self_rag", "memp", "mem0")  # the baselines that retrieve the benchmark's k2
 # env: ((delta, k1, k2) of Table 8, overrides pointing at local data)
 ENVS = {
-    "alfworld": ((0.62, 5, 3), [f"env.data_root={DATA / 'alfworld'}", "env.split=valid_seen"]),
-    "bigcodebench": ((0.38, 10, 5), [f"env.data_path={DATA / 'bigcodebench' / 'bigcodebench_hard_train.jsonl'}",
+    "alfworld": ((0.62, 5, 3), [f"env.data_root={ALFWORLD}", "env.split=valid_seen"]),
+    "bigcodebench": ((0.38, 10, 5), [f"env.data_path={BCB_HARD_TRAIN}",
                                      "env.part=all"]),
-    "lifelong_os": ((0.50, 10, 5), [f"env.data_path={DATA / 'lifelong' / 'os_interaction_train.json'}"]),
-    "lifelong_db": ((0.37, 10, 5), [f"env.data_path={DATA / 'lifelong' / 'db_train.json'}"]),
+    "lifelong_os": ((0.50, 10, 5), [f"env.data_path={LIFELONG_OS}"]),
+    "lifelong_db": ((0.37, 10, 5), [f"env.data_path={LIFELONG_DB}"]),
     "hle": ((0.25, 5, 3), [f"env.data_path={ROOT / 'tests' / 'fixtures' / 'hle' / 'hle_fixture.jsonl'}"]),
 }
 PRESETS = {  # preset: (env, llm preset)
@@ -33,7 +33,8 @@ PRESETS = {  # preset: (env, llm preset)
     "hle_paper": ("hle", "gemini-3-pro"),
 }
 
-pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not at {DATA}")
+pytestmark = pytest.mark.skipif(not (ALFWORLD.is_dir() and LIFELONG.is_dir() and BCB_HARD_TRAIN.is_file()),
+                                reason=f"benchmark data not at {ALFWORLD}, {LIFELONG}, {BCB_HARD_TRAIN}")
 
 
 def composed(*overrides: str):
@@ -167,8 +168,8 @@ def test_the_official_lifelong_task_set_is_train_and_val_in_string_order(env: st
 
 
 def test_official_switches_apply_on_top_of_the_demo() -> None:
-    demo = validate(composed("experiment=demo", f"env.data_root={DATA / 'alfworld'}"))
-    v = validate(composed("experiment=demo", "+official=alfworld", f"env.data_root={DATA / 'alfworld'}"))
+    demo = validate(composed("experiment=demo", f"env.data_root={ALFWORLD}"))
+    v = validate(composed("experiment=demo", "+official=alfworld", f"env.data_root={ALFWORLD}"))
     assert v.llm.name == "local"  # the demo's model, games and epochs stay
     assert (v.runner.epochs, v.env.max_tasks) == (demo.runner.epochs, demo.env.max_tasks)
     assert v.memory.pool_by_intent and v.memory.delta == 0.5 and v.runner.batch_size == 32
@@ -187,7 +188,7 @@ def test_bcb_paper_runs_the_papers_set_and_hard_stays_an_option() -> None:
 def test_metrics_reading_is_validated() -> None:
     from memrl.core.errors import ConfigError
 
-    assert validate(composed(f"env.data_root={DATA / 'alfworld'}")).metrics.forgetting_zero_fail == "zero"
-    bad = composed(f"env.data_root={DATA / 'alfworld'}", "metrics.forgetting_zero_fail=nan")
+    assert validate(composed(f"env.data_root={ALFWORLD}")).metrics.forgetting_zero_fail == "zero"
+    bad = composed(f"env.data_root={ALFWORLD}", "metrics.forgetting_zero_fail=nan")
     with pytest.raises(ConfigError, match="metrics.forgetting_zero_fail"):
         validate(bad)

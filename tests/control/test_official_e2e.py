@@ -22,12 +22,10 @@ import pytest
 
 from memrl.core.rundir import RunDir
 from memory_state import snapshot
+from data_paths import ALFWORLD, BCB_HARD_TRAIN, LIFELONG
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "data"
-ALFWORLD = SHARED / "alfworld"
-LIFELONG = SHARED / "lifelong"
-BCB = SHARED / "bigcodebench" / "bigcodebench_hard_train.jsonl"
+BCB = BCB_HARD_TRAIN
 HLE = ROOT / "tests" / "fixtures" / "hle" / "hle_fixture.jsonl"
 
 LOCAL = ["llm=local", "embedder=minilm", "runner.epochs=2", "runner.progress=false",

@@ -17,8 +17,9 @@ from memrl.core.errors import ConfigError
 from memrl.core.records import iter_jsonl
 from memrl.core.rundir import RunDir
 from memrl.testing.fault_server import FaultPlan, FaultServer
+from data_paths import ALFWORLD
 
-ALFWORLD = Path(__file__).resolve().parents[3] / "shared" / "data" / "alfworld"
+
 KEY_ENV = "MEMRL_PLAN_TEST_KEY"
 
 

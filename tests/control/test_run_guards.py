@@ -36,6 +36,7 @@ from memrl.memory.memrl import MemRLMemory, MemRLSettings
 from memrl.metrics.compute import write_metrics
 from memrl.testing.fault_server import FaultPlan, FaultServer
 from memory_state import snapshot
+from data_paths import ALFWORLD
 
 def committed(run_dir: Path) -> dict | None:
     path = RunDir(run_dir).checkpoint
@@ -664,7 +665,6 @@ def test_a_resume_follows_the_model_to_another_port_and_refuses_another_model(tm
 
 
 # ------------------------------------------------------------------- 8. env-level messages
-ALFWORLD = Path(__file__).resolve().parents[3] / "shared" / "data" / "alfworld"
 
 
 @pytest.mark.skipif(not ALFWORLD.is_dir(), reason=f"ALFWorld data not at {ALFWORLD}")

@@ -20,13 +20,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from memrl.core.rundir import RunDir
+from data_paths import ALFWORLD
 
-ALFWORLD = Path(__file__).resolve().parents[3] / "shared" / "data" / "alfworld"
 
 pytestmark = [
     pytest.mark.slow,

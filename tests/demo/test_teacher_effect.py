@@ -14,6 +14,7 @@ from memrl.demo.teacher_effect import copy_accuracy, teacher_episodes, teacher_m
 from memrl.llm.embed import HashingEmbedder
 from memrl.memory.bank import ChromaBank
 from memrl.memory.entry import BankUpdate, MemoryEntry
+from data_paths import ALFWORLD
 
 
 def _episode(epoch, task, actions, success, injected=()):
@@ -114,7 +115,6 @@ def test_teach_refuses_an_agent_that_needs_a_model(tmp_path):
         teach(["env=alfworld", "agent=react"], tmp_path / "t")
 
 
-ALFWORLD = Path(__file__).resolve().parents[3] / "shared" / "data" / "alfworld"
 TWO_GAMES = ["look_at_obj_in_light-AlarmClock-None-DeskLamp-323/trial_T20190909_044715_250790",
              "look_at_obj_in_light-Laptop-None-DeskLamp-328/trial_T20190908_201550_622420"]
 

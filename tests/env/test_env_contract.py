@@ -17,9 +17,9 @@ from memrl.control.wiring import eval_settings
 from memrl.core.records import OUTCOMES, EpisodeResult, RetrievedMemory
 from memrl.env.base import Env, EnvSettings
 from memrl.llm.base import LLMRequest, content_text
+from data_paths import ALFWORLD, LIFELONG, LIFELONG_DB, LIFELONG_OS
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "data"
 
 
 def fair_judge(request: LLMRequest) -> str:
@@ -34,7 +34,7 @@ def fair_judge(request: LLMRequest) -> str:
 def _alfworld() -> str | None:
     if importlib.util.find_spec("alfworld") is None:
         return "the alfworld extra is not installed"
-    return None if (DATA / "alfworld").is_dir() else f"ALFWorld data not at {DATA / 'alfworld'}"
+    return None if (ALFWORLD).is_dir() else f"ALFWorld data not at {ALFWORLD}"
 
 
 def _bigcodebench() -> str | None:
@@ -52,7 +52,7 @@ def _lifelong_os() -> str | None:
     why = overlay_available()
     if why is None and not is_built(rootfs_path()):
         why = f"no root file system at {rootfs_path()} (make rootfs)"
-    return why or (None if (DATA / "lifelong").is_dir() else f"Lifelong data not at {DATA / 'lifelong'}")
+    return why or (None if (LIFELONG).is_dir() else f"Lifelong data not at {LIFELONG}")
 
 
 def _lifelong_db() -> str | None:
@@ -60,13 +60,13 @@ def _lifelong_db() -> str | None:
 
     if find_binary("mariadbd", "mysqld") is None:
         return "no MariaDB server binary (apt-get install -y mariadb-server)"
-    return None if (DATA / "lifelong").is_dir() else f"Lifelong data not at {DATA / 'lifelong'}"
+    return None if (LIFELONG).is_dir() else f"Lifelong data not at {LIFELONG}"
 
 
 # env: (oracle agent, a task the oracle solves, overrides, an eval split, what it needs here)
 CASES = {
     "alfworld": ("expert", "look_at_obj_in_light-AlarmClock-None-DeskLamp-323/trial_T20190909_044715_250790",
-                 [f"env.data_root={DATA / 'alfworld'}", "env.split=valid_seen"], "valid_train", _alfworld),
+                 [f"env.data_root={ALFWORLD}", "env.split=valid_seen"], "valid_train", _alfworld),
     "bigcodebench": ("canonical", "Tiny/1",
                      [f"env.data_path={ROOT / 'tests' / 'fixtures' / 'bigcodebench' / 'tiny.jsonl'}",
                       "env.part=all", "env.time_limit_s=20"], "validation", _bigcodebench),
@@ -74,9 +74,9 @@ CASES = {
             [f"env.data_path={ROOT / 'tests' / 'fixtures' / 'hle' / 'hle_fixture.jsonl'}",
              "env.judge.backend=scripted", "+env.judge.script=test_env_contract:fair_judge",
              "env.judge.cache=false", "env.modality=text"], "valid", lambda: None),
-    "lifelong_os": ("gold", "os-164", [f"env.data_path={DATA / 'lifelong' / 'os_interaction_train.json'}"],
+    "lifelong_os": ("gold", "os-164", [f"env.data_path={LIFELONG_OS}"],
                     "validation", _lifelong_os),
-    "lifelong_db": ("gold", "db-2", [f"env.data_path={DATA / 'lifelong' / 'db_train.json'}"],
+    "lifelong_db": ("gold", "db-2", [f"env.data_path={LIFELONG_DB}"],
                     "validation", _lifelong_db),
 }
 

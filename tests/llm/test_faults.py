@@ -27,10 +27,11 @@ from memrl.llm.retry import retry_after_seconds
 from memrl.testing.fault_server import FAULTS, NO_ACTION_REPLY, TRANSIENT_FAULTS, FaultPlan, FaultServer
 from memrl.testing.replies import reply_for
 from memory_state import snapshot
+from data_paths import ALFWORLD
 
 pytestmark = pytest.mark.serial  # times or samples the host: runs alone (Makefile, test)
 
-ALFWORLD = Path(__file__).resolve().parents[3] / "shared" / "data" / "alfworld"
+
 KEY_ENV = "MEMRL_FAULT_TEST_KEY"
 
 ROOM = ("You are in the middle of a room. Looking quickly around you, you see a cabinet 1, "

@@ -18,8 +18,9 @@ import pytest
 from memrl.core.records import iter_jsonl
 from memrl.core.rundir import RunDir
 from memrl.testing.fault_server import FaultPlan, FaultServer
+from data_paths import ALFWORLD
 
-ALFWORLD = Path(__file__).resolve().parents[3] / "shared" / "data" / "alfworld"
+
 KEY_ENV = "MEMRL_SHARED_TEST_KEY"
 METHODS = ("none", "memrl", "rag", "reflection")
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-ALFWORLD = Path(__file__).resolve().parents[4] / "shared" / "data" / "alfworld"
+from data_paths import ALFWORLD
+
 
 pytestmark = [pytest.mark.serial,  # times or samples the host: runs alone (Makefile, test)
               pytest.mark.skipif(not ALFWORLD.is_dir(), reason=f"ALFWorld data not at {ALFWORLD}")]

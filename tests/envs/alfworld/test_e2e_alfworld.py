@@ -16,8 +16,8 @@ import pytest
 
 from memrl.core.rundir import RunDir
 from memory_state import snapshot
+from data_paths import ALFWORLD
 
-ALFWORLD = Path(__file__).resolve().parents[4] / "shared" / "data" / "alfworld"
 
 pytestmark = [
     pytest.mark.slow,

@@ -24,10 +24,11 @@ from memrl_envs.bigcodebench.extract import extract_code
 from memrl_envs.bigcodebench.outcome import classify, outcome_counts
 from memrl_envs.bigcodebench.prompts import FENCE, build_prompt, task_intent
 from memrl_envs.sandbox import SandboxResult
+from data_paths import BCB_HARD_TRAIN
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = ROOT / "tests" / "fixtures" / "bigcodebench" / "tiny.jsonl"
-SHARED = ROOT.parent / "shared" / "data" / "bigcodebench" / "bigcodebench_hard_train.jsonl"
+SHARED = BCB_HARD_TRAIN
 CONFIGS = str(ROOT / "configs")
 
 
@@ -128,7 +129,7 @@ def test_division_is_seeded_seven_to_three_and_kept_in_a_split_file(tmp_path):
 HARD_SEED42_VAL = [13, 17, 34, 82, 89, 100, 120, 129, 139, 184, 239, 241, 267, 287, 308, 326, 341,
                    346, 367, 374, 445, 486, 501, 567, 593, 655, 723, 752, 765, 785, 865, 897, 916,
                    964, 985, 998, 1012, 1013, 1015, 1022, 1039, 1040, 1085, 1124, 1137]
-HARD_TRAIN = ROOT.parent / "shared" / "data" / "bigcodebench" / "bigcodebench_hard_train.jsonl"
+HARD_TRAIN = BCB_HARD_TRAIN
 
 
 @pytest.mark.skipif(not HARD_TRAIN.is_file(), reason=f"no {HARD_TRAIN}")

@@ -12,10 +12,11 @@ import pytest
 
 from memrl_envs.bigcodebench import BigCodeBenchEnv, BigCodeBenchSettings
 from memrl_envs.sandbox import bwrap_available
+from data_paths import BCB_HARD_TRAIN
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = ROOT / "tests" / "fixtures" / "bigcodebench" / "tiny.jsonl"
-SHARED = ROOT.parent / "shared" / "data" / "bigcodebench" / "bigcodebench_hard_train.jsonl"
+SHARED = BCB_HARD_TRAIN
 # real tasks whose tests need only the standard library (no eval extra needed)
 REAL_STDLIB_TASKS = ["BigCodeBench/19", "BigCodeBench/854", "BigCodeBench/928"]
 

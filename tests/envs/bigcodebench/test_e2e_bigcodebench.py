@@ -15,8 +15,9 @@ import pytest
 
 from memrl.core.rundir import RunDir
 from memrl_envs.sandbox import bwrap_available
+from data_paths import BCB_HARD_TRAIN
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "bigcodebench" / "bigcodebench_hard_train.jsonl"
+DATA = BCB_HARD_TRAIN
 TASKS = "[BigCodeBench/19,BigCodeBench/854,BigCodeBench/928]"
 _WHY = bwrap_available()
 

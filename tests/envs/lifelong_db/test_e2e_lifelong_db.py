@@ -8,15 +8,14 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pymysql
 import pytest
 
 from memrl.core.rundir import RunDir
 from memrl_envs.lifelong_db.server import MariaDBServer, find_binary
+from data_paths import LIFELONG
 
-LIFELONG = Path(__file__).resolve().parents[4] / "shared" / "data" / "lifelong"
 
 pytestmark = [
     pytest.mark.slow,

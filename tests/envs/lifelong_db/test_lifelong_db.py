@@ -18,8 +18,9 @@ from memrl_envs.lifelong_db.dialect import delete_alias, keep_group_order, to_ma
 from memrl_envs.lifelong_db.prompts import Turn, build_prompt, parse_action
 from memrl_envs.lifelong_db.scoring import direct_answer_matches, table_hash_sql, tuple_spans
 from memrl_envs.lifelong_db.settings import LifelongDbSettings
+from data_paths import LIFELONG_DB
 
-DB_DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "lifelong" / "db_train.json"
+DB_DATA = LIFELONG_DB
 
 
 def good_row(**over):

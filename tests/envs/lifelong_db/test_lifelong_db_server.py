@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pymysql
 import pytest
@@ -18,8 +17,9 @@ from memrl_envs.lifelong_db.databases import EpisodeDatabase
 from memrl_envs.lifelong_db.server import MariaDBServer, find_binary
 from memrl_envs.lifelong_db.server import main as server_cli
 from memrl_envs.lifelong_db.settings import LifelongDbSettings
+from data_paths import LIFELONG_DB
 
-DB_DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "lifelong" / "db_train.json"
+DB_DATA = LIFELONG_DB
 needs_data = pytest.mark.skipif(not DB_DATA.is_file(), reason=f"Lifelong DB data not at {DB_DATA}")
 
 pytestmark = [pytest.mark.serial,  # times or samples the host: runs alone (Makefile, test)

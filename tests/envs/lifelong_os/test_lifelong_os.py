@@ -19,9 +19,10 @@ from memrl_envs.lifelong_os.prompts import FINISH, INVALID_MARK, build_prompt, f
 from memrl_envs.lifelong_os.rootfs import RootfsSpec, _debian_uris
 from memrl_envs.lifelong_os.settings import LifelongOsSettings
 from memrl_envs.lifelong_os.shell import CommandResult, ShellError
+from data_paths import LIFELONG_OS
 
 CONFIGS = str(Path(__file__).resolve().parents[3] / "configs")
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "lifelong" / "os_interaction_train.json"
+DATA = LIFELONG_OS
 
 
 def row(instruction="Create user bob", init="", check="id bob", gold="useradd bob", **extra):

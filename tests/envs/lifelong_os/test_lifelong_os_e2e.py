@@ -17,8 +17,9 @@ import pytest
 from memrl.core.rundir import RunDir
 from memrl_envs.lifelong_os.rootfs import RootfsError, build_rootfs, is_built, rootfs_path
 from memrl_envs.lifelong_os.shell import overlay_available
+from data_paths import LIFELONG
 
-LIFELONG = Path(__file__).resolve().parents[4] / "shared" / "data" / "lifelong"
+
 _WHY = overlay_available()
 
 pytestmark = [

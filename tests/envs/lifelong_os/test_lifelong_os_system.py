@@ -28,8 +28,9 @@ from memrl_envs.lifelong_os.rootfs import RootfsError, build_rootfs, is_built, r
 from memrl_envs.lifelong_os.settings import LifelongOsSettings
 from memrl_envs.lifelong_os.shell import OverlayShell, ShellError, overlay_available
 from memrl_envs.sandbox import Limits, cgroup_support, run_isolated
+from data_paths import LIFELONG_OS
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "lifelong" / "os_interaction_train.json"
+DATA = LIFELONG_OS
 _WHY = overlay_available()
 pytestmark = [pytest.mark.serial,  # times or samples the host: runs alone (Makefile, test)
               pytest.mark.skipif(_WHY is not None, reason=f"no Lifelong-OS sandbox here: {_WHY}")]
