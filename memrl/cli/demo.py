@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from memrl.core.errors import ConfigError
-from memrl.demo.pipeline import (ATTEMPT_STEPS, BASE, DEFAULT_OUT, METHODS, TEACHER_STEPS, Phase,
+from memrl.demo.pipeline import (ATTEMPT_STEPS, BASE, DEFAULT_OUT, DEMO_TIES, METHODS, TEACHER_STEPS, Phase,
                                  alongside_teacher, analyse, cores, render, run_students, write)
 from memrl.demo.teach import BANK_ORDERS, history_bank
 
@@ -25,6 +25,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl demo") -> int:
                     help=f"the step cap of the teacher's failed attempt (default {ATTEMPT_STEPS})")
     ap.add_argument("--order", choices=BANK_ORDERS, default="history",
                     help="which of a game's two memories is older: the attempt (history) or a coin per game")
+    ap.add_argument("--ties", choices=("oldest", "newest", "random"), default=DEMO_TIES,
+                    help="how both methods order memories of equal similarity (memory.bank.ties; default "
+                         f"{DEMO_TIES}: under oldest or newest with --order history the rule alone decides what "
+                         "RAG shows)")
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
     ap.add_argument("--jobs", type=int, default=cores(),
                     help="cores to use (default: this process's): the other students' runs at once, then "
@@ -52,7 +56,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl demo") -> int:
             return bank.bank_dir.resolve()
 
         t0 = time.monotonic()
-        dirs = run_students(out, teacher, args.overrides, methods, jobs=args.jobs)
+        dirs = run_students(out, teacher, args.overrides, methods, jobs=args.jobs, ties=args.ties)
         early = alongside_teacher(methods, args.jobs)
         phases.append(Phase("students (" + ", ".join(methods) + ")" +
                             (f"; {', '.join(early)} started with the teacher" if early else ""),
@@ -62,7 +66,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl demo") -> int:
         print(f"memrl: {exc}", file=sys.stderr)
         return 2
     t0 = time.monotonic()
-    res = analyse(out, bank.expert.run_dir, dirs)
+    res = analyse(out, bank.expert.run_dir, dirs, order=bank.order)
     res.teacher.update(attempt_steps=args.attempt_steps, order=bank.order, attempt_first=len(bank.attempt_first),
                        attempts_solved=bank.attempt.solved)
     if args.bench_prompts > 0:

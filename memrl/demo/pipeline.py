@@ -58,12 +58,16 @@ ATTEMPT_STEPS = 3
 # same memories and is answered from the response cache.
 METHODS: dict[str, list[str]] = {
     # similarity only
-    "rag": ["memory=rag", "memory.bank.init_from={teacher}"],
+    "rag": ["memory=rag", "memory.bank.init_from={teacher}", "memory.bank.ties={ties}"],
     # learns Q, the copies starting at Q_init (the oracle learned nothing)
     "memrl": ["memory=memrl_rag", "memory.bank.init_from={teacher}", "memory.bank.init_q=reset",
-              "memory.sim_gate=false"],
+              "memory.sim_gate=false", "memory.bank.ties={ties}"],
     "none": ["memory=none"],
 }
+# The demo's tie rule (--ties): a game's two memories tie at similarity 1, and under `oldest`
+# (or `newest`) the memory order alone would decide what RAG shows (docs/experiments.md, "Why
+# the tie rule matters"); `random` draws the tie per query, the same way for both methods.
+DEMO_TIES = "random"
 REFERENCE = "memrl"
 TEACHER_LABEL = "expert"  # the history bank's memories of the oracle's own episodes
 ALPHA = 0.05
@@ -89,6 +93,7 @@ class DemoResult:
     model: str = ""
     power: dict[str, Any] = field(default_factory=dict)
     across: dict[str, Any] = field(default_factory=dict)  # memrl vs rag over epochs (utility_experiment.paired)
+    condition: dict[str, Any] = field(default_factory=dict)  # split, tie rule, order, k2, epochs
     mechanism: dict[str, Any] = field(default_factory=dict)  # per method: H1 counts, own failures shown
 
     def to_dict(self) -> dict[str, Any]:
@@ -96,6 +101,7 @@ class DemoResult:
                 "sr": self.sr, "comparisons": self.comparisons, "across_epochs": self.across,
                 "mechanism": self.mechanism, "copy_accuracy": self.copy,
                 "teacher_memories": self.q_moves, "speed": self.speed, "power": self.power,
+                "condition": self.condition,
                 "phases": [{"name": p.name, "seconds": round(p.seconds, 1)} for p in self.phases]}
 
 
@@ -117,7 +123,7 @@ def alongside_teacher(methods: Sequence[str], jobs: int) -> list[str]:
 
 
 def run_students(out: Path, teacher: Callable[[], Path], extra: Sequence[str],
-                 methods: Sequence[str] = tuple(METHODS), jobs: int = 1) -> dict[str, Path]:
+                 methods: Sequence[str] = tuple(METHODS), jobs: int = 1, ties: str = DEMO_TIES) -> dict[str, Path]:
     """Each method's student run, in `out/<method>`; `teacher()` builds the teacher bank and
     returns its folder.
 
@@ -135,7 +141,7 @@ def run_students(out: Path, teacher: Callable[[], Path], extra: Sequence[str],
     from memrl.demo.teach import compose
 
     def own(name: str, bank: Path | None) -> list[str]:
-        return BASE + [o.format(teacher=bank) for o in METHODS[name]]
+        return BASE + [o.format(teacher=bank, ties=ties) for o in METHODS[name]]
 
     dirs = {name: out / name for name in methods}
     for name in methods:
@@ -218,6 +224,22 @@ def power(n: int, p: float, alpha: float = ALPHA) -> float:
     return sum(math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(need, n + 1))
 
 
+def predicted_power(teacher: dict[str, Any], cap: int, ties: str, order: str, k2: int, epochs: int,
+                    seed: int = 0) -> dict[str, Any]:
+    """The power of MemRL against RAG on these games, from the games and the student model alone
+    (no outcome of this run): the simulation of docs/experiments.md (memrl.demo.sensitivity)."""
+    import numpy as np
+
+    from memrl.demo.sensitivity import Condition, StudentModel, games_from_intents, predict
+    from memrl.llm.embed import MiniLMEmbedder
+
+    ids = sorted(teacher)
+    games = games_from_intents([teacher[t].intent for t in ids], MiniLMEmbedder().embed, ids)
+    fits = np.array([teacher[t].success and len(teacher[t].actions) <= cap for t in ids])
+    p = predict(games, Condition(ties, order, k2), StudentModel(), n_sims=200, epochs=epochs, seed=seed, fits=fits)
+    return {"power": p.power, "b": p.b, "c": p.c, "sr": p.sr, "n_sims": 200, "fits": int(fits.sum())}
+
+
 def speed_of(run_dirs: Sequence[Path]) -> dict[str, Any]:
     """The embedded model's counters summed over the runs' sessions (run cards)."""
     from memrl.llm.local import SPEED_COUNTERS, speed_rates
@@ -231,8 +253,9 @@ def speed_of(run_dirs: Sequence[Path]) -> dict[str, Any]:
     return {**tot, **speed_rates(tot)}
 
 
-def analyse(out: Path, teacher_dir: Path, dirs: dict[str, Path]) -> DemoResult:
-    """`teacher_dir`: the run of the oracle's own episodes (the history bank's `expert`)."""
+def analyse(out: Path, teacher_dir: Path, dirs: dict[str, Path], order: str = "history") -> DemoResult:
+    """`teacher_dir`: the run of the oracle's own episodes (the history bank's `expert`); `order`:
+    the history bank's memory order (for the predicted power)."""
     from memrl.demo.teacher_effect import copy_accuracy, teacher_episodes, teacher_q
     from memrl.demo.utility_experiment import own_failure_injections, paired_runs, reinjected_after_failure
     from memrl.metrics.compute import compute_metrics, load_run
@@ -248,12 +271,22 @@ def analyse(out: Path, teacher_dir: Path, dirs: dict[str, Path]) -> DemoResult:
     across = paired_runs(dirs[REFERENCE], dirs["rag"]) if REFERENCE in dirs and "rag" in dirs else {}
     mechanism = {m: {**reinjected_after_failure(records[m]), "shown": own_failure_injections(records[m])}
                  for m in dirs if m != "none"}
-    card = json.loads(RunDir(dirs[next(iter(dirs))]).card.read_text())
-    cap = int(((card.get("config") or {}).get("env") or {}).get("max_steps") or 0)
+    cards = {m: json.loads(RunDir(d).card.read_text()) for m, d in dirs.items()}
+    card = cards[next(iter(dirs))]
+    env_cfg = (card.get("config") or {}).get("env") or {}
+    cap = int(env_cfg.get("max_steps") or 0)
     fits = sum(t.success and len(t.actions) <= cap for t in teacher.values())
+    ref_card = cards.get(REFERENCE, cards.get("rag", card))
+    bank_cfg = ((ref_card.get("config") or {}).get("memory") or {}).get("bank") or {}
+    condition = {"split": env_cfg.get("split"), "ties": bank_cfg.get("ties", "oldest"), "order": order,
+                 "k2": int((env_cfg.get("retrieval") or {}).get("k2") or 1),
+                 "epochs": max(len(v) for v in sr.values()) if sr else 0}
+    predicted = (predicted_power(teacher, cap, condition["ties"], order, condition["k2"], condition["epochs"])
+                 if REFERENCE in dirs and "rag" in dirs else None)
     return DemoResult(
         power={"fits": fits, "max_steps": cap, "needed": min_discordant(),
-               "by_p": {str(p): power(fits, p) for p in (0.5, 0.7, 0.9)}},
+               "by_p": {str(p): power(fits, p) for p in (0.5, 0.7, 0.9)}, "predicted": predicted},
+        condition=condition,
         out=out, games=sorted(teacher), model=str(card.get("model")),
         teacher={"games": len(teacher), "solved": sum(t.success for t in teacher.values()),
                  "steps": {t.task_id: len(t.actions) for t in teacher.values()}},
@@ -271,12 +304,46 @@ def _rate(x: float | None) -> str:
     return "–" if x is None else f"{x:.0f}"
 
 
+def what_it_shows(res: DemoResult) -> list[str]:
+    """The demo's first lines: the condition it ran, what it measured against RAG and how
+    strong that reading can be at this size (its predicted power), and where the full
+    experiment is. Said from this run's own numbers, never from a fixed text."""
+    cond, n = res.condition, len(res.games)
+    out = ["## What this demo shows, and what it does not", "",
+           f"MemRL against RAG on {n} games, both writing every episode from a history bank (each game's "
+           f"failed attempt and the expert's solution, tied at similarity 1), ties broken "
+           f"**{cond.get('ties')}** for both methods (memory order {cond.get('order')}), "
+           f"{cond.get('k2')} memory shown, {cond.get('epochs')} epochs, temperature 0."]
+    fin = (res.across or {}).get("final")
+    pred = (res.power or {}).get("predicted")
+    if fin:
+        significant = fin["mcnemar_p"] < ALPHA
+        out.append(f"Final epoch: MemRL solved {round(fin['a'] * n)}, RAG {round(fin['b_rate'] * n)}; "
+                   f"games only MemRL solved b = {fin['a_only']}, only RAG c = {fin['b_only']}, exact McNemar "
+                   f"p = {fin['mcnemar_p']:.3g}: " + (f"**a significant difference** at α = {ALPHA}."
+                                                     if significant else f"**no significant difference** at "
+                                                     f"α = {ALPHA}."))
+    if pred:
+        out.append(f"At {n} games this comparison has power {pred['power']:.2f} (predicted from the games and "
+                   "the student model alone, before any outcome: docs/experiments.md), so "
+                   + ("a null result here says little." if pred["power"] < 0.8
+                      else "it can detect the predicted gain."))
+    if cond.get("ties") in ("oldest", "newest") and cond.get("order") == "history":
+        out.append(f"Under `{cond.get('ties')}` with the history order the tie rule alone decides which of a game's "
+                   "two memories RAG shows: this run illustrates a mechanism, it is not evidence for MemRL.")
+    out.append("It does not show paper-scale numbers (a 270M base model that copies trajectories) nor a "
+               "result under every tie rule: the pre-registered tie-rule sensitivity experiment (every tie "
+               "rule × memory order × k2, more games) is in docs/experiments.md.")
+    return out
+
+
 def render(res: DemoResult) -> str:
     n = len(res.games)
     epochs = max((len(v) for v in res.sr.values()), default=0)
     t = res.teacher
-    lines = [f"# memrl demo: {n} ALFWorld games (valid_seen), student {res.model}",
-             "",
+    cond = res.condition
+    lines = [f"# memrl demo: {n} ALFWorld games ({cond.get('split', '?')}), student {res.model}",
+             "", *what_it_shows(res), "",
              f"Teacher (ALFWorld's handcoded expert, no model), twice: stopped after {t.get('attempt_steps')} steps "
              f"(a failed attempt of every game: {t.get('attempts_solved', 0)} solved), then with its own cap "
              f"(solved {t['solved']} of {t['games']} games). Each game's two memories share its intent; the "

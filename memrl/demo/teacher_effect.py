@@ -38,6 +38,7 @@ class TeacherEpisode:
     task_id: str
     success: bool
     actions: list[str]
+    intent: str = ""
 
 
 def teacher_episodes(teacher_run: str | Path) -> dict[str, TeacherEpisode]:
@@ -45,7 +46,8 @@ def teacher_episodes(teacher_run: str | Path) -> dict[str, TeacherEpisode]:
     out: dict[str, TeacherEpisode] = {}
     for r in iter_jsonl(RunDir(teacher_run).episodes):
         out[r["task_id"]] = TeacherEpisode(r["task_id"], bool(r["success"]),
-                                           [_norm(s["action"]) for s in r.get("transcript") or []])
+                                           [_norm(s["action"]) for s in r.get("transcript") or []],
+                                           str(r.get("intent") or ""))
     return out
 
 

@@ -1,11 +1,25 @@
-"""The paper's Figure-7 readings of a run's learned utilities, from its episode records alone.
+"""Readings of a run's learned utilities, from its episode records alone.
 
-- `q_success`: does Q predict usefulness? Per memory that was injected at least once: its Q at
-  its last injection (the value retrieval last ranked it by, before that episode's own update)
-  against the success rate of the episodes it was injected into. Pearson's r and Spearman's ρ
-  over memories, each with a 95% percentile bootstrap interval (memories resampled, seeded).
-  Paper reports r = 0.861. A similarity-only method (RAG) records Q = 0 for every memory: its
-  correlation is undefined (None), which is the reading itself.
+- `q_prospective` (the reading to use): does Q predict the next outcome? For every injection, the
+  memory's Q as retrieval saw it (before that episode: a running average of *earlier* outcomes
+  only) against that episode's success. The point-biserial r (Pearson's r with a 0/1 outcome)
+  and the AUC (the chance that an injection into a success carried a higher Q than one into a
+  failure, ties counting half), each with a 95% percentile bootstrap interval over episodes
+  (an episode's injections share its outcome, so episodes are the resampled unit). An AUC of
+  0.5 means Q ranks the outcome no better than chance. The binned form of the same reading
+  (success rate per bin of the episode's injected Q, with n and a Wilson interval) is the run's
+  Q calibration (`memrl.metrics.compute.calibration`, `plots/q_calibration.png`).
+- `q_success` (retrospective; circular, kept to show why it must not be read as evidence): per
+  memory that was injected at least once, its Q at its last injection against the success rate
+  of the episodes it was injected into. Q is a running average of exactly those outcomes
+  (Q ← Q + α(r − Q)), so a high correlation follows from the bookkeeping whatever Q is worth:
+  a memory injected into two successes has both a high Q and a success rate of 1. Pearson's r
+  and Spearman's ρ over memories with bootstrap intervals (memories resampled).
+  The paper reports r = 0.861 for its Figure-7 reading of Q against success; the paper's code
+  release has no script for that figure, so the project computes nothing it could call the
+  paper's way and sets none of these numbers beside it (docs/experiments.md).
+- A similarity-only method (RAG) records Q = 0 for every memory: its correlations are undefined
+  (None) and its AUC 0.5 where both outcomes occur, which is the reading itself.
 - `injected_from_success`: per epoch, the share of injected memories that were written by a
   successful episode (memories whose writer is not in the records, e.g. imported ones, are
   counted apart as `unknown`). MemRL's share should rise over epochs where RAG's does not.
@@ -67,7 +81,8 @@ def memory_use(records: Sequence[EpisodeRecord]) -> dict[str, tuple[float, list[
 
 
 def q_success(records: Sequence[EpisodeRecord], seed: int = 0) -> dict[str, Any]:
-    """Q at last injection against the success rate of the episodes injected into (module doc)."""
+    """Q at last injection against the success rate of the episodes injected into: the
+    retrospective reading, circular by construction (module doc)."""
     use = memory_use(records)
     x = np.array([q for q, _ in use.values()], dtype=float)
     y = np.array([sum(oks) / len(oks) for _, oks in use.values()], dtype=float)
@@ -75,6 +90,58 @@ def q_success(records: Sequence[EpisodeRecord], seed: int = 0) -> dict[str, Any]
             "pearson": _pearson(x, y), "pearson_ci": _interval(_pearson, x, y, seed) if len(x) >= 3 else None,
             "spearman": _spearman(x, y),
             "spearman_ci": _interval(_spearman, x, y, seed + 1) if len(x) >= 3 else None}
+
+
+def _auc(x: np.ndarray, y: np.ndarray) -> float | None:
+    """P(a success's value > a failure's value), ties counting half (Mann-Whitney); None when
+    one class is empty."""
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return None
+    ranks = _ranks(x) + 1.0
+    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def q_prospective(records: Sequence[EpisodeRecord], seed: int = 0) -> dict[str, Any]:
+    """Per injection: the memory's Q before the episode against the episode's success (module
+    doc): point-biserial r and AUC, bootstrap intervals over episodes."""
+    x_by_ep: list[np.ndarray] = []
+    ok_by_ep: list[bool] = []
+    for r in records:
+        qs = [float(m.get("q", 0.0) or 0.0) for m in r.injected or [] if isinstance(m, dict)]
+        if qs:
+            x_by_ep.append(np.array(qs))
+            ok_by_ep.append(bool(r.success))
+
+    def flat(pick: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        if not len(pick):
+            return np.array([]), np.array([], dtype=bool)
+        x = np.concatenate([x_by_ep[i] for i in pick])
+        y = np.concatenate([np.full(x_by_ep[i].size, ok_by_ep[i]) for i in pick])
+        return x, y
+
+    x, y = flat(range(len(x_by_ep)))
+    out: dict[str, Any] = {"episodes": len(x_by_ep), "injections": int(x.size),
+                           "successes": int(y.sum()), "distinct_q": int(np.unique(x).size),
+                           "point_biserial": _pearson(x, y.astype(float)) if x.size else None,
+                           "auc": _auc(x, y) if x.size else None,
+                           "point_biserial_ci": None, "auc_ci": None}
+    if len(x_by_ep) >= 3 and out["point_biserial"] is not None:
+        rng = np.random.default_rng(seed)
+        rs, aucs = [], []
+        for _ in range(N_BOOT):
+            bx, by = flat(rng.integers(0, len(x_by_ep), len(x_by_ep)))
+            r_ = _pearson(bx, by.astype(float))
+            a_ = _auc(bx, by)
+            if r_ is not None:
+                rs.append(r_)
+            if a_ is not None:
+                aucs.append(a_)
+        if len(rs) >= N_BOOT // 2:
+            out["point_biserial_ci"] = [float(np.percentile(rs, 2.5)), float(np.percentile(rs, 97.5))]
+        if len(aucs) >= N_BOOT // 2:
+            out["auc_ci"] = [float(np.percentile(aucs, 2.5)), float(np.percentile(aucs, 97.5))]
+    return out
 
 
 def injected_from_success(records: Sequence[EpisodeRecord]) -> dict[str, dict[str, Any]]:
@@ -94,5 +161,7 @@ def injected_from_success(records: Sequence[EpisodeRecord]) -> dict[str, dict[st
 
 
 def utility_readings(records: Sequence[EpisodeRecord], seed: int = 0) -> dict[str, Any]:
-    """Both readings, as `metrics.json` holds them under `utility`."""
-    return {"q_success": q_success(records, seed), "injected_from_success": injected_from_success(records)}
+    """The readings, as `metrics.json` holds them under `utility` (`q_success` is the
+    retrospective, circular one: module doc)."""
+    return {"q_prospective": q_prospective(records, seed), "q_success": q_success(records, seed),
+            "injected_from_success": injected_from_success(records)}

@@ -7,10 +7,11 @@
   `memrl.metrics.compute.retrieval_by_epoch`): the mean Phase-A pool size over all retrievals (an empty
   pool counts 0) and the share of non-empty pools made only of the task's own memories. When
   tasks repeat, a task's own memories tie at similarity 1; a share near 1 is a saturated pool.
-- Utility (the paper's Figure 7, `memrl.metrics.utility`): per group, all seeds pooled, the
-  correlation between a memory's Q at its last injection and the success rate of the episodes
-  it was injected into (Pearson and Spearman, 95% bootstrap intervals), and per epoch the share
-  of injected memories written by a successful episode.
+- Utility (`memrl.metrics.utility`): per group, all seeds pooled, whether the Q a memory had
+  before an episode predicts that episode's outcome (point-biserial r and AUC, 95% bootstrap
+  intervals over episodes); the retrospective correlation (Q at a memory's last injection
+  against the success rate of the episodes it was injected into), labelled circular; and per
+  epoch the share of injected memories written by a successful episode.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import math
 from typing import Sequence
 
 from memrl.metrics.compute import ZERO_FAIL_READINGS, ZeroFail, forgetting_mean, retrieval_by_epoch, zero_fail_epochs
-from memrl.metrics.utility import injected_from_success, q_success
+from memrl.metrics.utility import injected_from_success, q_prospective, q_success
 from memrl.report.grouping import Group
 from memrl.report.stats import t_interval
 from memrl.report.tables import markdown_table
@@ -34,7 +35,7 @@ def _with_ci(value: float | None, ci: list[float] | None) -> str:
 
 
 def readings_markdown(groups: Sequence[Group], zero_fail: ZeroFail = "zero") -> str:
-    forgetting, retrieval, utility, shares = [], [], [], []
+    forgetting, retrieval, utility, retro, shares = [], [], [], [], []
     for g in groups:
         if g.mode == "transfer":
             continue
@@ -47,10 +48,14 @@ def readings_markdown(groups: Sequence[Group], zero_fail: ZeroFail = "zero") -> 
             retrieval.append([g.env, g.label, epoch, x["retrievals"], x["empty"], _num(x["mean_pool"], 2),
                               _num(x["own_only_share"])])
         pooled = [rec for r in g.runs for rec in r.records]
+        qp = q_prospective(pooled)
+        if qp["injections"]:
+            utility.append([g.env, g.label, qp["episodes"], qp["injections"], qp["distinct_q"],
+                            _with_ci(qp["point_biserial"], qp["point_biserial_ci"]), _with_ci(qp["auc"], qp["auc_ci"])])
         qs = q_success(pooled)
         if qs["memories"]:
-            utility.append([g.env, g.label, qs["memories"], qs["injections"],
-                            _with_ci(qs["pearson"], qs["pearson_ci"]), _with_ci(qs["spearman"], qs["spearman_ci"])])
+            retro.append([g.env, g.label, qs["memories"], qs["injections"],
+                          _with_ci(qs["pearson"], qs["pearson_ci"]), _with_ci(qs["spearman"], qs["spearman_ci"])])
         for epoch, x in injected_from_success(pooled).items():
             if x["success"] + x["failure"] + x["unknown"]:
                 shares.append([g.env, g.label, epoch, x["success"], x["failure"], x["unknown"], _num(x["share"])])
@@ -67,11 +72,21 @@ def readings_markdown(groups: Sequence[Group], zero_fail: ZeroFail = "zero") -> 
                 markdown_table(["benchmark", "method", "epoch", "retrievals", "empty", "mean pool",
                                 "own-only share"], retrieval)]
     if utility:
-        out += ["\nUtility (paper Figure 7; all seeds pooled): a memory's Q at its last injection against "
-                "the success rate of the episodes it was injected into, over memories, with 95% bootstrap "
-                "intervals (paper reports r = 0.861; a similarity-only method has Q = 0 throughout: –).\n",
+        out += ["\nDoes Q predict the next outcome? (all seeds pooled) For every injection, the memory's Q "
+                "before that episode (from earlier outcomes only) against the episode's success: the "
+                "point-biserial r and the AUC (0.5: no better than chance), with 95% bootstrap intervals "
+                "over episodes. A similarity-only method has Q = 0 throughout (r: –, AUC 0.5). Its binned "
+                "form is the Q-calibration figure.\n",
+                markdown_table(["benchmark", "method", "episodes", "injections", "distinct Q", "point-biserial r",
+                                "AUC"], utility)]
+    if retro:
+        out += ["\nRetrospective (circular; not evidence that Q is worth anything): a memory's Q at its last "
+                "injection against the success rate of the episodes it was injected into. Q is a running "
+                "average of those same outcomes, so this correlation is high by construction. It is not "
+                "the paper's Figure-7 computation, which the paper's code does not include "
+                "(docs/experiments.md).\n",
                 markdown_table(["benchmark", "method", "memories", "injections", "Pearson r", "Spearman ρ"],
-                               utility)]
+                               retro)]
     if shares:
         out += ["\nInjected memories by the outcome of the episode that wrote them, per epoch (unknown: "
                 "written outside these records, e.g. imported).\n",

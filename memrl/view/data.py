@@ -22,7 +22,7 @@ from memrl.journal.memtexts import read_texts
 from memrl.journal.runcard import identity, identity_label
 from memrl.metrics.compute import (calibration, csr_curve, forgetting_curve, mean_injected_q, q_bins, sr_curve,
                                    success_matrix)
-from memrl.metrics.utility import q_success
+from memrl.metrics.utility import q_prospective
 
 
 @dataclass
@@ -179,4 +179,4 @@ class RunView:
                 "last": c["sr"][-1] if c["sr"] else math.nan,
                 "csr": c["csr"][-1] if c["csr"] else math.nan,
                 "spend": sum(float(r.cost_usd or 0.0) for r in self.records),
-                "bank_log": self.has_log, "q_success": q_success(self.records)}
+                "bank_log": self.has_log, "q_prospective": q_prospective(self.records)}

@@ -2,9 +2,9 @@
 server, no network) for one run or several (a sweep: the methods overlaid).
 
 Sections (each an element with the id given):
-- `summary`: the runs (identity, status, tasks, epochs, Last, CSR, errored, spend, and the
-  paper's Figure-7 reading: Pearson r of a memory's Q with the success of the episodes it was
-  injected into, with its 95% bootstrap interval; memrl.metrics.utility);
+- `summary`: the runs (identity, status, tasks, epochs, Last, CSR, errored, spend, and whether
+  Q predicts outcomes: the AUC of the Q a memory had before an episode for that episode's
+  success, with its 95% bootstrap interval; memrl.metrics.utility.q_prospective);
 - `success-grid`: task × epoch per run (success, failure, error; forgetting is a green cell
   followed by a grey one);
 - `curves`: SR, CSR and forgetting per epoch, every run overlaid;
@@ -90,12 +90,13 @@ def _note(text: str) -> str:
 
 
 # ------------------------------------------------------------------------------ sections
-def _q_success(qs: dict, f) -> str:
-    """Pearson r [95% interval] (n memories), or – where it is undefined."""
-    if qs["pearson"] is None:
-        return f"– ({qs['memories']} memories)"
-    ci = qs["pearson_ci"]
-    return f(qs["pearson"]) + (f" [{f(ci[0])}, {f(ci[1])}]" if ci else "") + f" ({qs['memories']} memories)"
+def _q_prospective(qp: dict, f) -> str:
+    """AUC [95% interval] (n injections), or – where it is undefined: does the Q a memory had
+    before an episode predict that episode's outcome (memrl.metrics.utility.q_prospective)."""
+    if qp["auc"] is None:
+        return f"– ({qp['injections']} injections)"
+    ci = qp["auc_ci"]
+    return f(qp["auc"]) + (f" [{f(ci[0])}, {f(ci[1])}]" if ci else "") + f" ({qp['injections']} injections)"
 
 
 def _summary(runs: Sequence[RunView]) -> str:
@@ -108,11 +109,11 @@ def _summary(runs: Sequence[RunView]) -> str:
         rows.append(
             "<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in (
                 s["run"], s["status"], s["tasks"], s["epochs"], s["episodes"], f(s["last"]),
-                f(s["csr"]), s["errored"], f"${s['spend']:.4f}", _q_success(s["q_success"], f),
+                f(s["csr"]), s["errored"], f"${s['spend']:.4f}", _q_prospective(s["q_prospective"], f),
                 "yes" if s["bank_log"] else "no", s["path"])) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("run (env / method / model / seed)", "status", "tasks",
                                               "epochs", "episodes", "Last", "CSR", "errored",
-                                              "spend", "Q–success r", "bank log", "directory"))
+                                              "spend", "Q before → outcome, AUC", "bank log", "directory"))
     return f'<table class="runs"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 

@@ -48,7 +48,8 @@ def test_memrl_stops_injecting_a_memory_that_failed_where_rag_keeps_it_and_solve
     out = tmp_path / "demo"
     env = dict(os.environ, ALFWORLD_DATA=str(ALFWORLD), MEMRL_CACHE_DIR=str(tmp_path / "cache"),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
-    cmd = [sys.executable, "-m", "memrl.cli", "demo", "--out", str(out), "--bench-prompts", "0",
+    # oldest-first ties with the attempt older: the mechanism under a rule that shows RAG the attempt
+    cmd = [sys.executable, "-m", "memrl.cli", "demo", "--out", str(out), "--bench-prompts", "0", "--ties", "oldest",
            "env.max_tasks=null", f"env.task_ids=[{','.join(GAMES)}]", "env.max_steps=8",
            "runner.epochs=3", "runner.progress=false"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
@@ -87,3 +88,12 @@ def test_memrl_stops_injecting_a_memory_that_failed_where_rag_keeps_it_and_solve
     q = {(m["label"], m["task_id"]): m for m in res["teacher_memories"]}
     assert all(q[("attempt", g)]["q"] < 0 for g in GAMES)
     assert all(q[("expert", g)]["q"] > 0 for g in COPYABLE if q[("expert", g)]["used_solved"]), q
+    # the printed conclusion is this run's own: its condition, its test, its power, and under this
+    # rule that the result is the tie rule's doing
+    assert res["condition"] == {"split": "valid_seen", "ties": "oldest", "order": "history", "k2": 1, "epochs": 3}
+    assert 0.0 <= res["power"]["predicted"]["power"] <= 1.0
+    md = (out / "demo.md").read_text()
+    assert md.index("## What this demo shows") < md.index("## Success rate per epoch")
+    assert "the tie rule alone decides which of a game's two memories RAG shows" in md
+    p = across["final"]["mcnemar_p"]
+    assert ("**a significant difference**" in md) == (p < 0.05) and f"p = {p:.3g}" in md

@@ -98,16 +98,16 @@ def test_page_of_a_run_without_bank_log_says_so(tmp_path):
     html = path.read_text()
     assert "predates bank_updates.jsonl" in html and 'id="grid-0"' in html
     assert 'id="q-distribution-plot"' not in html and "no bank Q recorded" in html
-    # the summary's Figure-7 reading: the run's Pearson r of Q with the injected episodes' success
-    from memrl.metrics.utility import q_success
+    # the summary's utility reading: the AUC of the Q a memory had before an episode for its outcome
+    from memrl.metrics.utility import q_prospective
     from memrl.view.data import RunView
 
-    qs = q_success(RunView.load(rd.root).records)
-    assert "Q–success r" in html
-    if qs["pearson"] is not None:
-        assert f"{qs['pearson']:.3f}" in html and f"({qs['memories']} memories)" in html
+    qp = q_prospective(RunView.load(rd.root).records)
+    assert "Q before → outcome, AUC" in html and "Q–success r" not in html
+    if qp["auc"] is not None:
+        assert f"{qp['auc']:.3f}" in html and f"({qp['injections']} injections)" in html
     else:
-        assert f"– ({qs['memories']} memories)" in html
+        assert f"– ({qp['injections']} injections)" in html
     assert memrl_main(["view", str(tmp_path / "nothing-here")]) == 2
 
 

@@ -1,0 +1,177 @@
+"""Running and reading the tie-rule sensitivity experiment (`memrl.demo.sensitivity` holds its
+conditions and power analysis; docs/experiments.md its pre-registration and results).
+
+Layout under the work folder (`runs/sensitivity` by default):
+
+    design/games.json                  the games (chosen before any run, with why)
+    teacher_<order>/                   the history bank of each memory order (the expert twice)
+    <condition>/<arm>/                 one `memrl run` per arm: rag, memrl, memrl_q_init_failed
+
+Every run is an ordinary run directory (it resumes; its card records the commit). `collect`
+writes, per condition, `results/<...>/<condition>/result.json` and beside it each arm's run
+card, `metrics.json` and episode records (gzip), so every number in the docs can be re-derived
+from the repository (scripts/check_claims.py).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from memrl.core.errors import ConfigError
+from memrl.core.records import iter_jsonl
+from memrl.core.rundir import RunDir
+from memrl.demo.sensitivity import CONDITIONS, Condition
+
+BASE = ["experiment=demo", "env.max_tasks=null"]
+ATTEMPT_STEPS = 3
+TEACHER_STEPS = 50
+STUDENT_STEPS = 15
+# the arms of every condition: RAG first (MemRL's first epoch, all Q equal, asks what RAG asked)
+ARMS: dict[str, list[str]] = {
+    "rag": ["memory=rag", "memory.bank.init_from={teacher}"],
+    "memrl": ["memory=memrl_rag", "memory.bank.init_from={teacher}", "memory.bank.init_q=reset",
+              "memory.sim_gate=false"],
+}
+# MemRL's named variant beside the paper's MemRL, in the conditions pre-registered for it
+VARIANTS: dict[str, list[str]] = {"memrl_q_init_failed": ARMS["memrl"] + ["memory.q_init_failed=-1"]}
+
+
+@dataclass(frozen=True)
+class Design:
+    """What the pre-registration fixed: the games, epochs and which conditions run the variant."""
+
+    split: str
+    games: list[str]
+    epochs: int
+    variant_conditions: list[str]
+
+    @classmethod
+    def read(cls, path: Path) -> "Design":
+        d = json.loads(Path(path).read_text())
+        return cls(d["split"], list(d["games"]), int(d["epochs"]), list(d["variant_conditions"]))
+
+
+def select_games(survey_run: Path, *, low: int = ATTEMPT_STEPS + 1, high: int = STUDENT_STEPS) -> list[dict[str, Any]]:
+    """The games of a survey run (the expert once on a split, `agent=expert`) whose expert
+    solution takes `low`..`high` steps: long enough that the 3-step attempt fails, short enough
+    that the student (15 steps) can replay it. Sorted by task id."""
+    rows = [r for r in iter_jsonl(RunDir(survey_run).episodes)]
+    keep = [{"task": r["task_id"], "steps": int(r["steps"]), "intent": r.get("intent", "")}
+            for r in rows if r["success"] and low <= int(r["steps"]) <= high]
+    return sorted(keep, key=lambda g: g["task"])
+
+
+def _task_ids(games: Sequence[str]) -> str:
+    return "env.task_ids=[" + ",".join(json.dumps(g) for g in games) + "]"
+
+
+def common(design: Design) -> list[str]:
+    return BASE + [f"env.split={design.split}", _task_ids(design.games), f"runner.epochs={design.epochs}"]
+
+
+def arm_overrides(design: Design, cond: Condition, arm: str, teacher: Path) -> list[str]:
+    spec = {**ARMS, **VARIANTS}[arm]
+    return common(design) + [o.format(teacher=teacher) for o in spec] + [
+        f"memory.bank.ties={cond.ties}", f"env.retrieval.k2={cond.k2}"]
+
+
+def arms_of(design: Design, cond: Condition) -> list[str]:
+    return list(ARMS) + (list(VARIANTS) if cond.name in design.variant_conditions else [])
+
+
+def build_teacher(design: Design, work: Path, order: str) -> Path:
+    from memrl.demo.teach import history_bank
+
+    overrides = BASE + [f"env.split={design.split}", _task_ids(design.games)]
+    bank = history_bank(overrides, work / f"teacher_{order}", attempt_steps=ATTEMPT_STEPS,
+                        expert_steps=TEACHER_STEPS, order=order)
+    print(f"[sensitivity] {bank.describe()}", flush=True)
+    return bank.bank_dir.resolve()
+
+
+def _play(run_dir: Path, overrides: list[str], log: Path) -> None:
+    sys.stdout.write(f"[sensitivity] {run_dir} (log {log})\n")
+    sys.stdout.flush()
+    cmd = [sys.executable, "-m", "memrl.cli", "run", *overrides, "llm.n_threads=1", f"hydra.run.dir={run_dir}"]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w", encoding="utf-8") as fh:
+        done = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT)
+    if done.returncode == 2:
+        raise ConfigError(f"{run_dir}: refused: {log.read_text()[-2000:]}")
+    if done.returncode != 0:
+        raise RuntimeError(f"{run_dir}: exited {done.returncode}: {log.read_text()[-2000:]}")
+
+
+def run_all(design: Design, work: Path, *, jobs: int = 2, only: Sequence[str] = ()) -> None:
+    """Every condition's arms, `jobs` conditions at once (each condition's arms in order, so
+    MemRL's first epoch finds RAG's answers in the shared response cache)."""
+    conds = [c for c in CONDITIONS if not only or c.name in only]
+    teachers = {o: build_teacher(design, work, o) for o in sorted({c.order for c in conds})}
+
+    def condition(cond: Condition) -> None:
+        for arm in arms_of(design, cond):
+            d = work / cond.name / arm
+            _play(d, arm_overrides(design, cond, arm, teachers[cond.order]), work / cond.name / f"{arm}.log")
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for f in [pool.submit(condition, c) for c in conds]:
+            f.result()
+
+
+def readings(run_dirs: dict[str, Path]) -> dict[str, Any]:
+    """One condition's readings from its run directories alone."""
+    from memrl.demo.utility_experiment import own_failure_injections, paired_runs, reinjected_after_failure
+    from memrl.metrics.compute import load_run, success_matrix
+    from memrl.metrics.utility import utility_readings
+
+    recs = {k: load_run(v) for k, v in run_dirs.items()}
+    out: dict[str, Any] = {
+        "solved": {k: [int(x) for x in success_matrix(r)[2].sum(axis=1)] for k, r in recs.items()},
+        "games": len(success_matrix(next(iter(recs.values())))[0]),
+        "paired": {f"{m} vs rag": paired_runs(run_dirs[m], run_dirs["rag"]) for m in run_dirs if m != "rag"},
+        "h1": {k: reinjected_after_failure(r) for k, r in recs.items()},
+        "own_failure_injections": {k: own_failure_injections(r) for k, r in recs.items()},
+        "utility": {k: utility_readings(r) for k, r in recs.items()},
+    }
+    return out
+
+
+def card_of(run_dir: Path) -> dict[str, Any]:
+    return json.loads(RunDir(run_dir).card.read_text())
+
+
+def collect(design: Design, work: Path, out: Path) -> dict[str, Any]:
+    """Per condition: `result.json` and each arm's card, metrics and records (gzip). A
+    condition's folder holds that condition only: nothing of another is written there."""
+    summary: dict[str, Any] = {}
+    for cond in CONDITIONS:
+        dirs = {arm: work / cond.name / arm for arm in arms_of(design, cond)}
+        missing = [str(d) for d in dirs.values() if not RunDir(d).episodes.is_file()]
+        if missing:
+            summary[cond.name] = {"missing": missing}
+            continue
+        res = {"condition": cond.name, "ties": cond.ties, "order": cond.order, "k2": cond.k2,
+               **readings(dirs)}
+        res["commits"] = {arm: {"commit": card_of(d)["git"]["commit"], "dirty": card_of(d)["git"]["dirty"],
+                                "status": card_of(d).get("status")} for arm, d in dirs.items()}
+        dest = out / cond.name
+        dest.mkdir(parents=True, exist_ok=True)
+        for arm, d in dirs.items():
+            rd = RunDir(d)
+            shutil.copyfile(rd.card, dest / f"{arm}.run_card.json")
+            shutil.copyfile(rd.metrics, dest / f"{arm}.metrics.json")
+            with open(rd.episodes, "rb") as src, gzip.open(dest / f"{arm}.episodes.jsonl.gz", "wb", mtime=0) as dst:
+                shutil.copyfileobj(src, dst)
+        (dest / "result.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
+        summary[cond.name] = {"solved": res["solved"],
+                              "final": {k: {x: v["final"][x] for x in ("a_only", "b_only", "mcnemar_p")}
+                                        for k, v in res["paired"].items()}}
+    return summary

@@ -1,0 +1,114 @@
+"""What each claims block of README.md and docs/ says, rendered from committed results alone
+(scripts/check_claims.py). A renderer takes the results folder and returns markdown; every run
+card it reads goes into `CARDS_READ`, whose cards the check requires clean."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+CARDS_READ: set[str] = set()
+SENSITIVITY = "tie_rule_sensitivity"
+
+
+def _json(path: Path) -> Any:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is not in the repository")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _p(x: float) -> str:
+    return "< 0.001" if x < 0.001 else f"{x:.3f}"
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.2f}".replace("+0.00", "0.00").replace("-0.00", "0.00")
+
+
+def _cards(folder: Path, arms: list[str]) -> None:
+    for arm in arms:
+        card = folder / f"{arm}.run_card.json"
+        if not card.is_file():
+            raise FileNotFoundError(f"{card} is not in the repository")
+        CARDS_READ.add(str(card))
+
+
+def _condition_rows(results: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    from memrl.demo.sensitivity import CONDITIONS
+
+    design = _json(results / SENSITIVITY / "design" / "power.json")
+    power = {(p["condition"], p["variant"]): p for p in design["predictions"]}
+    rows = []
+    for cond in CONDITIONS:
+        res = _json(results / SENSITIVITY / cond.name / "result.json")
+        _cards(results / SENSITIVITY / cond.name, list(res["solved"]))
+        rows.append((res, power))
+    return rows
+
+
+def sensitivity_outcomes(results: Path) -> str:
+    """Per condition and arm against RAG: solved per epoch, the final epoch's exact McNemar
+    and paired bootstrap Δ, the CSR-style test, and the power predicted before the runs."""
+    head = ("| ties | order | k2 | arm | solved per epoch (arm / RAG) | final b / c | exact p | "
+            "Δ final [95% CI] | CSR-style b / c (p) | predicted power |\n"
+            "|---|---|---|---|---|---|---|---|---|---|\n")
+    lines = []
+    for res, power in _condition_rows(results):
+        n = res["games"]
+        for arm in [a for a in res["solved"] if a != "rag"]:
+            pair = res["paired"][f"{arm} vs rag"]
+            fin, csr = pair["final"], pair["csr"]
+            variant = "paper" if arm == "memrl" else arm.removeprefix("memrl_")
+            pred = power.get((res["condition"], variant))
+            predicted = "–" if pred is None else f"{pred['power']:.2f}"
+            solved = f"{' '.join(map(str, res['solved'][arm]))} / {' '.join(map(str, res['solved']['rag']))} of {n}"
+            lines.append(
+                f"| {res['ties']} | {res['order']} | {res['k2']} | {arm} | {solved} | "
+                f"{fin['a_only']} / {fin['b_only']} | {_p(fin['mcnemar_p'])} | "
+                f"{_signed(fin['delta'])} [{_signed(fin['delta_lo'])}, {_signed(fin['delta_hi'])}] | "
+                f"{csr['a_only']} / {csr['b_only']} ({_p(csr['mcnemar_p'])}) | "
+                f"{predicted} |")
+    return head + "\n".join(lines) + "\n"
+
+
+def sensitivity_mechanism(results: Path) -> str:
+    """Per condition and arm: re-injections of a memory already injected into a failure, the
+    arm's own failure memories shown (epochs 2 on), and whether Q predicted outcomes."""
+    head = ("| ties | order | k2 | arm | re-injected after a failure (of injections, epochs 2+) | "
+            "own failure memories shown (epochs 2+) | Q before → outcome: AUC [95% CI] |\n"
+            "|---|---|---|---|---|---|---|\n")
+    lines = []
+    for res, _ in _condition_rows(results):
+        for arm in res["solved"]:
+            h1 = res["h1"][arm]
+            own = sum(v["own_failure"] for e, v in res["own_failure_injections"][arm].items() if int(e) >= 2)
+            qp = res["utility"][arm]["q_prospective"]
+            auc = "–" if qp["auc"] is None else (
+                f"{qp['auc']:.2f}" + (f" [{qp['auc_ci'][0]:.2f}, {qp['auc_ci'][1]:.2f}]" if qp["auc_ci"] else ""))
+            lines.append(f"| {res['ties']} | {res['order']} | {res['k2']} | {arm} | "
+                         f"{h1['reinjected_after_failure']} of {h1['injections_epoch2_on']} | {own} | {auc} |")
+    return head + "\n".join(lines) + "\n"
+
+
+def sensitivity_power(results: Path) -> str:
+    """The power analysis committed with the pre-registration (design/power.json)."""
+    design = _json(results / SENSITIVITY / "design" / "power.json")
+    head = ("| ties | order | k2 | arm | predicted solved per epoch (arm / RAG) | mean b / c | "
+            "power (exact McNemar, α 0.05) |\n|---|---|---|---|---|---|---|\n")
+    lines = []
+    for p in design["predictions"]:
+        ties, order, k = p["condition"].rsplit("_", 2)[0], p["condition"].split("_")[1], p["condition"][-1]
+        arm = "memrl" if p["variant"] == "paper" else f"memrl_{p['variant']}"
+        sr = " ".join(f"{x * p['n_games']:.1f}" for x in p["sr"]["memrl"])
+        rag = " ".join(f"{x * p['n_games']:.1f}" for x in p["sr"]["rag"])
+        lines.append(f"| {ties.split('_')[0]} | {order} | {k} | {arm} | {sr} / {rag} of {p['n_games']} | "
+                     f"{p['b']:.1f} / {p['c']:.1f} | {p['power']:.2f} |")
+    return head + "\n".join(lines) + "\n"
+
+
+RENDERERS: dict[str, Callable[[Path], str]] = {
+    "sensitivity-outcomes": sensitivity_outcomes,
+    "sensitivity-mechanism": sensitivity_mechanism,
+    "sensitivity-power": sensitivity_power,
+}
