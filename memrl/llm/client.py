@@ -396,7 +396,7 @@ class LLMClient:
             raise
         self.limiter.release(slot, ok=True, tokens=resp.prompt_tokens + resp.completion_tokens)
         resp.text = safe_str(resp.text or "")  # a reply is cached, parsed and recorded: made safe once
-        if request.stop and not self.profile.honors_stop:
+        if request.stop and self.profile.client_stops:
             resp.text, resp.stop_applied = apply_stop(resp.text or "", request.stop), True
         self.counts.bill(resp)  # the provider charged for this reply, whatever happens to it now
         bill.add(resp)
