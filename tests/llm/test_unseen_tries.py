@@ -76,3 +76,17 @@ def test_a_request_that_never_reached_the_provider_is_not_unseen(monkeypatch):
     with pytest.raises(LLMError) as info:
         client.complete(client.request((("user", "hi"),), purpose="answer", max_tokens=8))
     assert unseen_kind(info.value.__cause__) is None and client.totals()["unseen_tries"] == 0
+
+
+def test_the_api_embedder_counts_its_unseen_tries_with_their_bound(monkeypatch):
+    from memrl.llm.embed import LiteLLMEmbedder
+
+    monkeypatch.setenv(KEY_ENV, "k")
+    with FaultServer(FaultPlan(rates={"truncated_json": 1.0}, cure_after=1), provider=True, api_key="k") as server:
+        embedder = LiteLLMEmbedder("openai/text-embedding-3-large", api_base=server.api_base, api_key_env=KEY_ENV)
+        assert embedder.embed(["put a mug in the cabinet", "heat an egg"]).shape == (2, 3072)
+        billed, totals = server.counts()["billed"], embedder.totals()
+    assert billed["replies"] == 2 and billed["unseen_replies"] == 1 and totals["unseen_tries"] == 1
+    assert totals["cost_usd"] == pytest.approx(billed["usd"] - billed["unseen_usd"], rel=1e-9)
+    assert 0 < billed["unseen_usd"] <= totals["unseen_bound_usd"]
+    assert clients_spend([embedder]).unseen_tries == 1
