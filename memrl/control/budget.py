@@ -58,6 +58,9 @@ def describe(spend: Spend, budget: Budget) -> str:
     usd = f"${spend.usd:.4f}" + (f" of ${budget.usd:g}" if budget.usd is not None else "")
     tok = f"{spend.tokens:,} tokens" + (f" of {budget.tokens:,}" if budget.tokens is not None else "")
     unpriced = f" (+ {spend.unpriced_calls:,} unpriced calls)" if spend.unpriced_calls else ""
+    if spend.unseen_tries:  # replies never read: perhaps billed, at most the bound (memrl.llm.bill)
+        unbounded = f", {spend.unseen_unbounded:,} of them unbounded" if spend.unseen_unbounded else ""
+        unpriced += f" (+ {spend.unseen_tries:,} unseen tries, at most ${spend.unseen_bound_usd:.4f}{unbounded})"
     return f"{usd}{unpriced}, {tok}"
 
 

@@ -236,8 +236,8 @@ def pool_calls(episodes: int, calls: float, sample: Sequence[int], width: int, d
 
 
 def model_prices(llm: Any) -> Any:
-    """The model's prices (memrl.llm.profile.Prices: the config's, else litellm's list), None
-    when neither knows them or the model runs here."""
+    """The model's prices (memrl.llm.profile.Prices: the config's, the project's list,
+    litellm's), None when none knows them or the model runs here."""
     if llm.backend != "litellm" or not llm.model:
         return None
     from memrl.llm.profile import litellm_profile
@@ -278,8 +278,8 @@ def estimate(name: str, v: Any, n_tasks: int, ev: Evidence, *, chars_per_token: 
     prices = model_prices(v.llm)
     share = min(1.0, max(0.0, ev.cached_share))
     if prices is not None:
-        cost = prices.cost(round(prompt), round(completion), round(prompt * share))
-        no_cache = prices.cost(round(prompt), round(completion), 0)
+        cost = prices.cost(round(prompt), round(completion), round(prompt * share), calls=requests)
+        no_cache = prices.cost(round(prompt), round(completion), 0, calls=requests)
     else:
         cost = no_cache = (prompt + completion) * ev.cost_per_token
     unpriced = prices is None and ev.cost_per_token == 0 and v.llm.backend == "litellm" and \

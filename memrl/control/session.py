@@ -129,6 +129,7 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
 
     meter = BudgetMeter(budget, clients=paying, prior=sessions_spend(card.sessions))
     warn_unpriced(clients, budget)
+    card.record_profiles(session, {role: c.profile.describe() for role, c in clients.items()})
 
     def start() -> None:
         """Before the first batch: the preflight (one call per purpose) and the model check."""
@@ -181,9 +182,12 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
 
 
 def warn_unpriced(clients: dict[str, Any], budget: Any) -> None:
-    """Say at the start which models have no price (their spend is recorded as unpriced)."""
+    """Say at the start which models have no price (their spend is recorded as unpriced) and
+    which have no settings guard (memrl.llm.profile `guard_off`; the card records why)."""
     for role, client in clients.items():
         profile = client.profile
+        if profile.guard_off is not None:
+            log.warning("%s (%s): %s", role, client.model_id, profile.guard_off)
         if not profile.priced:
             log.warning("%s (%s): litellm has no price for this model and the config gives none "
                         "(%s.price_per_mtok_in / _out): its calls are recorded as unpriced%s", role,

@@ -10,10 +10,13 @@ met (`faults`, see memrl.llm.faults), what it spent (`spend`, every model client
 embedder), each model's own use by config key (`models`: calls, billed replies, prompt /
 completion / reasoning / provider-cached tokens, empty and cut replies, cost), the calls of
 its preflight (`preflight`: per purpose the budget sent, reasoning tokens, finish reason,
-cost) and how the session ended (with the `error` that stopped it); and, over all sessions,
-`llm_totals`, `fault_totals`, `spend` against `budget`, `unpriced` (models whose calls had no
-known price, so `spend` leaves them out), the episodes recorded (`episodes`: how many, how
-many errored, by kind, writer failures) and the run's `status`:
+cost), what each model is as driven (`profiles`: reasoning, effort, headroom, prices, where
+stop sequences are applied, `settings_guard`; a guard that could not apply is also named at
+the card's top, `settings_guard_off`) and how the session ended (with the `error` that
+stopped it); and, over all sessions, `llm_totals`, `fault_totals`, `spend` against
+`budget`, `unpriced` (models whose calls had no known price, so `spend` leaves them out),
+the episodes recorded (`episodes`: how many, how many errored, by kind, writer failures)
+and the run's `status`:
 
     running      a session is at work (or was killed without a chance to say otherwise)
     finished     every epoch is committed
@@ -293,6 +296,18 @@ class RunCard:
             known[role] = {**ident, "api_bases": sorted({*(seen or {}).get("api_bases", []),
                                                          *([ident["api_base"]] if ident.get("api_base") else [])})}
         self.save()
+
+    def record_profiles(self, session: dict[str, Any], profiles: dict[str, dict[str, Any]]) -> None:
+        """What each model is as the session drives it (memrl.llm.profile `describe()`, per
+        config key) into the session, and at the card's top `settings_guard_off`: the models
+        whose settings guard could not apply, each with why; written with the next save."""
+        session["profiles"] = profiles
+        off = {role: d["settings_guard"] for role, d in profiles.items()
+               if d.get("settings_guard", "applied") != "applied"}
+        if off:
+            self.data["settings_guard_off"] = off
+        else:
+            self.data.pop("settings_guard_off", None)
 
     def start_session(self, argv: Sequence[str]) -> dict[str, Any]:
         session: dict[str, Any] = {"started": _now(), "argv": list(argv)}

@@ -16,7 +16,10 @@ cost are counted here when it arrives, and the answer finally returned (or the `
 a call that failed, as `billed`) carries the sum over its tries (memrl.llm.bill), so the
 episode's meter, the run's spend, its budget and the plan all count retried and empty
 replies. Reasoning and provider-cached prompt tokens are counted apart; a model without a
-price (`priced: False`) is counted as `unpriced_calls`, never as $0.
+price (`priced: False`) is counted as `unpriced_calls`, never as $0. A try whose reply was
+never read (a cut body, a timeout after sending) is counted as `unseen_tries`, with the most
+it can have cost added to `unseen_bound_usd` (or `unseen_unbounded` when it has no bound):
+memrl.llm.bill, "Unseen tries".
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ COUNTS = (
     "truncated_replies",
     "client_stops",
     "unpriced_calls",
+    "unseen_tries",
+    "unseen_unbounded",
     *USAGE,
 )
 
@@ -53,6 +58,7 @@ class Totals:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._cost = 0.0
+        self._unseen_bound = 0.0
 
     def add(self, **counts: int) -> None:
         """Add to the named counts, together (a reader sees all of them or none)."""
@@ -72,9 +78,20 @@ class Totals:
             self._counts["truncated_replies"] += int(resp.finish_reason == "length")
             self._counts["client_stops"] += int(resp.stop_applied)
 
+    def unseen(self, bound: float | None) -> None:
+        """Count one try whose reply was never read, with the most it can have cost (None:
+        no bound)."""
+        with self._lock:
+            self._counts["unseen_tries"] += 1
+            if bound is None:
+                self._counts["unseen_unbounded"] += 1
+            else:
+                self._unseen_bound += bound
+
     def snapshot(self) -> dict[str, Any]:
-        """Every count (`COUNTS`, as ints) and `cost_usd`."""
+        """Every count (`COUNTS`, as ints), `cost_usd` and `unseen_bound_usd`."""
         with self._lock:
             out: dict[str, Any] = {name: int(self._counts[name]) for name in COUNTS}
             out["cost_usd"] = self._cost
+            out["unseen_bound_usd"] = self._unseen_bound
         return out

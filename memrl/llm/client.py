@@ -85,12 +85,13 @@ from memrl.llm.accounting import Totals
 from memrl.llm.base import (Backend, BudgetExhaustedError, Content, LLMError, LLMRequest, LLMResponse,
                             UnsupportedContentError, content_text, has_images)
 from memrl.llm.bill import Bill as _Bill
-from memrl.llm.bill import apply_stop, exhausted
+from memrl.llm.bill import apply_stop, exhausted, unseen_bound
 from memrl.llm.episode import EpisodeLLM
 from memrl.llm.profile import ModelProfile, plain_profile
 from memrl.llm.ratelimit import ConcurrencyLimiter
 from memrl.llm.response_cache import ResponseCache, payload_key, request_key, request_payload
-from memrl.llm.retry import EmptyReplyError, is_fatal, is_rate_limit, is_transient, retry_after_seconds, short
+from memrl.llm.retry import (EmptyReplyError, is_fatal, is_rate_limit, is_transient, retry_after_seconds, short,
+                             unseen_kind)
 
 # The client's names, and those its callers have long imported from here (their home: memrl.llm.retry,
 # memrl.llm.episode)
@@ -390,13 +391,15 @@ class LLMClient:
         try:
             resp = self.backend.generate(request)
         except BaseException as exc:
+            if unseen_kind(exc) is not None:  # sent, never read: perhaps billed (memrl.llm.bill)
+                self.counts.unseen(unseen_bound(request, self.profile))
             limited = is_rate_limit(exc)
             self.limiter.release(slot, ok=False, rate_limited=limited,
                                  retry_after=self._asked(exc) if limited else None)
             raise
         self.limiter.release(slot, ok=True, tokens=resp.prompt_tokens + resp.completion_tokens)
         resp.text = safe_str(resp.text or "")  # a reply is cached, parsed and recorded: made safe once
-        if request.stop and not self.profile.honors_stop:
+        if request.stop and self.profile.client_stops:
             resp.text, resp.stop_applied = apply_stop(resp.text or "", request.stop), True
         self.counts.bill(resp)  # the provider charged for this reply, whatever happens to it now
         bill.add(resp)

@@ -84,7 +84,9 @@ class MiniLMEmbedder:
 class LiteLLMEmbedder:
     """API embeddings through `litellm.embedding` (e.g. `text-embedding-3-large`). What each
     request was billed (its prompt tokens at litellm's input price; `priced` false for a model
-    litellm has no price for) is counted in `totals()`, which the run's spend includes."""
+    litellm has no price for) is counted in `totals()`, which the run's spend includes; so is
+    a try whose reply was never read (memrl.llm.bill, "Unseen tries": bound by its texts'
+    bytes at the input price)."""
 
     def __init__(
         self,
@@ -104,7 +106,8 @@ class LiteLLMEmbedder:
         self.model_id = f"{model}@{self.api_base}" if self.api_base else model
         self._dim: int | None = None  # the model's own, learnt from its first answer
         self._totals_lock = threading.Lock()
-        self._totals = {"requests": 0, "prompt_tokens": 0, "cost_usd": 0.0, "unpriced_calls": 0}
+        self._totals = {"requests": 0, "prompt_tokens": 0, "cost_usd": 0.0, "unpriced_calls": 0,
+                        "unseen_tries": 0, "unseen_bound_usd": 0.0, "unseen_unbounded": 0}
         self.last_usage: dict[str, Any] = {}
         self._price: float | None | bool = False  # not looked up yet
 
@@ -136,6 +139,17 @@ class LiteLLMEmbedder:
             self._totals["unpriced_calls"] += int(price is None and tokens > 0)
             self.last_usage = {"prompt_tokens": tokens, "cost_usd": cost, "priced": price is not None}
 
+    def _count_unseen(self, litellm: Any, texts: list[str]) -> None:
+        from memrl.llm.bill import prompt_bound
+
+        price = self._input_price(litellm)
+        with self._totals_lock:
+            self._totals["unseen_tries"] += 1
+            if price is None:
+                self._totals["unseen_unbounded"] += 1
+            else:
+                self._totals["unseen_bound_usd"] += prompt_bound(texts, len(texts)) * price
+
     def totals(self) -> dict[str, Any]:
         with self._totals_lock:
             return {**self._totals, "completion_tokens": 0, "model": self.model_id}
@@ -151,7 +165,7 @@ class LiteLLMEmbedder:
 
         from memrl.llm.litellm_backend import api_key_from_env
         from memrl.llm.litellm_import import import_litellm
-        from memrl.llm.retry import is_transient
+        from memrl.llm.retry import is_transient, unseen_kind
 
         litellm = import_litellm()
         kwargs: dict[str, Any] = {"model": self.model, "input": texts, "timeout": self.timeout}
@@ -166,7 +180,15 @@ class LiteLLMEmbedder:
             retry=retry_if_exception(is_transient),
             reraise=True,
         )
-        resp = retrying(litellm.embedding, **kwargs)
+        def once() -> Any:
+            try:
+                return litellm.embedding(**kwargs)
+            except Exception as exc:
+                if unseen_kind(exc) is not None:  # sent, never read: perhaps billed
+                    self._count_unseen(litellm, texts)
+                raise
+
+        resp = retrying(once)
         self._count(litellm, resp)  # paid: counted before anything else can fail
         items = sorted(resp.data, key=lambda d: d["index"])
         return np.asarray([d["embedding"] for d in items], dtype=np.float32)

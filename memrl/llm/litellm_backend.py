@@ -35,8 +35,9 @@ unless the provider says the budget ran out (`finish_reason: length`: memrl.llm.
 What a reply says beyond its text is kept: `finish_reason`, the reasoning tokens
 (`usage.completion_tokens_details.reasoning_tokens`; Gemini's thoughts) and the prompt
 tokens the provider served from its cache (`usage.prompt_tokens_details.cached_tokens`).
-Cost: the config's prices when it gives them, else litellm's price list (which bills cached
-prompt tokens at the cached rate), else the reply is `priced: False` (never a silent $0).
+Cost: the config's prices when it gives them, else the project's price list
+(memrl.llm.price_list, with its tiers), else litellm's price list (which bills cached prompt
+tokens at the cached rate), else the reply is `priced: False` (never a silent $0).
 The model's kind, the settings it takes and its prices are its `profile`
 (memrl.llm.profile); `reasoning_effort` is sent only when configured, and is then part of
 the cache identity (`|effort=<e>`), like `extra`.
@@ -58,7 +59,7 @@ from typing import Any
 
 from memrl.llm.base import LLMRequest, LLMResponse, MissingKeyError, openai_content
 from memrl.llm.litellm_import import import_litellm
-from memrl.llm.profile import ModelProfile, litellm_profile
+from memrl.llm.profile import LITELLM_PRICES, ModelProfile, litellm_profile
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +286,7 @@ class LiteLLMBackend:
               cached: int) -> tuple[float, bool]:
         """(USD, priced) of one reply (module doc)."""
         profile = self.profile
-        if profile.prices is not None and profile.prices.source == "llm config":
+        if profile.prices is not None and profile.prices.source != LITELLM_PRICES:  # the config's or the project's
             return profile.prices.cost(prompt, completion, cached), True
         try:
             cost = float(litellm.completion_cost(completion_response=raw) or 0.0)

@@ -2,12 +2,13 @@
 it, how much it may write, what a token costs. One home for these facts, and for the one
 rule that sizes a call's completion budget.
 
-Where the facts come from (`profile_for`): the `llm` section first (`reasoning`,
-`reasoning_effort`, `max_output_tokens`, `price_per_mtok_in|cached_in|out`), else litellm's
-own model list (`get_model_info`: `supports_reasoning`, `max_output_tokens`, the prices) and
-litellm's transformation of a request for that model (`get_optional_params`: which of
-`stop`, `top_p` and `temperature` it actually sends). The embedded and scripted backends
-are plain models that take every setting and cost nothing.
+Where the facts come from (`litellm_profile`): the `llm` section first (`reasoning`,
+`reasoning_effort`, `max_output_tokens`, `price_per_mtok_in|cached_in|out`), then for prices
+the project's own list (memrl.llm.price_list: models litellm cannot price, every price tier),
+else litellm's own model list (`get_model_info`: `supports_reasoning`, `max_output_tokens`,
+the prices) and litellm's transformation of a request for that model (`get_optional_params`:
+which of `stop`, `top_p` and `temperature` it actually sends). The embedded and scripted
+backends are plain models that take every setting and cost nothing.
 
 **The budget rule** (`ModelProfile.budget`). Every caller names the tokens its *answer*
 needs (ALFWorld's action `env.max_tokens`, the memory writer's `memory.writer.max_tokens`,
@@ -29,13 +30,17 @@ Settings a provider does not take are never sent as if they were: a `stop` litel
 applied by the client to the reply (`honors_stop` false; the call is recorded with
 `stop: client`); a `top_p` or `temperature` other than the one the model takes is a
 configuration error (`conflicts`), since litellm would drop it without a word and the run
-card would name a setting the model never saw.
+card would name a setting the model never saw. When litellm cannot say what it sends (a
+model whose provider it does not know) the guard cannot apply: the profile says so and why
+(`guard_off`, in `describe()` as `settings_guard`, which the run card records), and the
+client then cuts replies at the stop sequences itself too. Only what litellm raises for
+such a model is caught; any other error of litellm propagates.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 log = logging.getLogger(__name__)
@@ -52,22 +57,46 @@ REASONING_HEADROOM: dict[str, int] = {"minimal": 1024, "low": 4096, "medium": 81
 DEFAULT_EFFORT: dict[str, str] = {"openai": "medium", "azure": "medium", "gemini": "high",
                                   "vertex_ai": "high"}
 FALLBACK_EFFORT = "medium"
+LITELLM_PRICES = "litellm's price list"
 
 
 @dataclass(frozen=True)
 class Prices:
-    """USD per token; `cached_in` for prompt tokens the provider served from its cache."""
+    """USD per token; `cached_in` for prompt tokens the provider served from its cache.
+    `above`: (n, the prices of a call whose prompt has more than n tokens), for a provider
+    that bills long prompts at other rates (Gemini 3 Pro above 200k: memrl.llm.price_list)."""
 
     prompt: float
     completion: float
     cached_prompt: float | None = None
     source: str = ""
+    above: tuple[int, "Prices"] | None = None
 
-    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:
+    def for_prompt(self, prompt_tokens: float) -> "Prices":
+        """The prices a call with this many prompt tokens is billed at."""
+        if self.above is not None and prompt_tokens > self.above[0]:
+            return self.above[1].for_prompt(prompt_tokens)
+        return self
+
+    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
+             calls: float = 1) -> float:
+        """USD of `calls` calls with these totals; the tier is the one of their mean prompt
+        (one call: its own prompt)."""
+        p = self.for_prompt(int(prompt_tokens) / max(calls, 1e-9))
         cached = min(max(0, int(cached_tokens)), int(prompt_tokens))
-        rate = self.prompt if self.cached_prompt is None else self.cached_prompt
-        return ((int(prompt_tokens) - cached) * self.prompt + cached * rate
-                + int(completion_tokens) * self.completion)
+        rate = p.prompt if p.cached_prompt is None else p.cached_prompt
+        return ((int(prompt_tokens) - cached) * p.prompt + cached * rate
+                + int(completion_tokens) * p.completion)
+
+    def per_mtok(self) -> dict[str, Any]:
+        """The rates in USD per million tokens (the run card's and `memrl check`'s form)."""
+        out: dict[str, Any] = {"per_mtok_in": round(self.prompt * 1e6, 6),
+                               "per_mtok_cached_in": None if self.cached_prompt is None
+                               else round(self.cached_prompt * 1e6, 6),
+                               "per_mtok_out": round(self.completion * 1e6, 6)}
+        if self.above is not None:
+            out[f"prompts_over_{self.above[0]}_tokens"] = self.above[1].per_mtok()
+        return out
 
 
 @dataclass(frozen=True)
@@ -87,6 +116,9 @@ class ModelProfile:
     prices: Prices | None = None       # None: unpriced (litellm has no price, none configured)
     free: bool = False                 # runs here (embedded / scripted): costs nothing
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # why litellm could not say which settings reach the model (None: it could); then
+    # `conflicts` knows none and the client applies stop sequences itself as well
+    guard_off: str | None = None
 
     @property
     def effective_effort(self) -> str | None:
@@ -132,20 +164,24 @@ class ModelProfile:
         if self.reasoning:
             out.update(effort=self.effective_effort, effort_sent=self.effort is not None,
                        headroom=self.headroom, max_output_tokens=self.max_output_tokens)
-        out["stop"] = "provider" if self.honors_stop else "client"
+        out["stop"] = "client" if not self.honors_stop else "provider and client" if self.client_stops \
+            else "provider"
         if self.free:
             out["prices"] = "free (runs here)"
         elif self.prices is None:
             out["prices"] = "unpriced"
         else:
-            out["prices"] = {"per_mtok_in": round(self.prices.prompt * 1e6, 6),
-                             "per_mtok_cached_in": None if self.prices.cached_prompt is None
-                             else round(self.prices.cached_prompt * 1e6, 6),
-                             "per_mtok_out": round(self.prices.completion * 1e6, 6),
-                             "source": self.prices.source}
+            out["prices"] = {**self.prices.per_mtok(), "source": self.prices.source}
+        out["settings_guard"] = "applied" if self.guard_off is None else self.guard_off
         if self.notes:
             out["notes"] = list(self.notes)
         return out
+
+    @property
+    def client_stops(self) -> bool:
+        """Whether the client cuts replies at the stop sequences itself: the provider drops
+        them, or litellm could not say whether it does (`guard_off`)."""
+        return not self.honors_stop or self.guard_off is not None
 
 
 def plain_profile(model: str, *, free: bool = True, reasoning: bool = False,
@@ -169,30 +205,76 @@ def _configured_prices(cfg: Mapping[str, Any]) -> Prices | None:
                   cached_prompt=None if cached is None else float(cached) / 1e6, source="llm config")
 
 
-def _litellm_facts(litellm: Any, model: str) -> tuple[str, dict[str, Any]]:
-    """(provider, model info) from litellm's list; ({} when it does not know the model)."""
+def _litellm_facts(litellm: Any, model: str) -> tuple[str, dict[str, Any], list[str]]:
+    """(provider, model info, notes) from litellm: the provider its routing names (empty when
+    it names none), its model list's entry ({} when the list lacks the model) and a note for
+    each fact litellm could not give. Only what litellm raises for a model it does not know
+    is caught (`BadRequestError` from its routing, `ModelNotMappedError` from its list);
+    anything else is a fault and propagates."""
+    from litellm.exceptions import BadRequestError, ModelNotMappedError
+
+    notes: list[str] = []
     try:
         _, provider, _, _ = litellm.get_llm_provider(model)
-    except Exception:
-        provider = model.split("/", 1)[0] if "/" in model else ""
+    except BadRequestError as exc:
+        provider = ""
+        notes.append(f"litellm names no provider for {model!r} ({_first_line(exc)})")
     try:
         info = dict(litellm.get_model_info(model))
-    except Exception:
+    except ModelNotMappedError:
         info = {}
-    return str(provider or ""), info
+        notes.append(f"litellm's model list does not know {model!r}: whether it reasons, its output "
+                     "limit and its prices come from the llm config alone")
+    return str(provider or ""), info, notes
 
 
-def _sent_params(model: str, provider: str, **params: Any) -> dict[str, Any] | None:
-    """What litellm's transformation for this model sends of `params` (None if it cannot
-    say, e.g. an unknown provider)."""
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 160 else text[:160] + "..."
+
+
+def _sent_params(model: str, provider: str, **params: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """(what litellm's transformation for this model sends of `params`, None), or (None, why
+    it cannot say). It cannot for a model whose provider litellm does not know: its routing
+    names none, or one outside its providers (its transformation would then pass every
+    setting through, a guess rather than what the provider is sent). Only what litellm raises
+    for such a model (`BadRequestError`, `UnsupportedParamsError`) is caught; anything else
+    propagates, so the guard never turns itself off in silence."""
+    from litellm.exceptions import BadRequestError, UnsupportedParamsError
+    from litellm.types.utils import LlmProviders
+    from litellm.utils import get_optional_params
+
+    if not provider:
+        return None, f"litellm names no provider for {model!r}"
+    if provider not in {p.value for p in LlmProviders}:
+        return None, f"litellm does not know the provider {provider!r} of {model!r}"
+    name = model.split("/", 1)[1] if model.startswith(provider + "/") else model
     try:
-        from litellm.utils import get_optional_params
+        return dict(get_optional_params(model=name, custom_llm_provider=provider,
+                                        drop_params=True, **params)), None
+    except (BadRequestError, UnsupportedParamsError) as exc:
+        return None, f"litellm could not map the settings of {model!r}: {type(exc).__name__}: {_first_line(exc)}"
 
-        name = model.split("/", 1)[1] if provider and model.startswith(provider + "/") else model
-        return dict(get_optional_params(model=name, custom_llm_provider=provider or None,
-                                        drop_params=True, **params))
-    except Exception:
+
+def _listed_prices(model: str) -> Prices | None:
+    """The project's own prices for the model (memrl.llm.price_list), every tier, or None."""
+    from memrl.llm.price_list import table_for
+
+    table = table_for(model)
+    if table is None:
         return None
+    prices: Prices | None = None  # built from the last tier down: each names the one above it
+    for tier in reversed(table.tiers):
+        tier_prices = Prices(prompt=tier.input / 1e6, completion=tier.output / 1e6,
+                             cached_prompt=tier.cached_input / 1e6, source=table.source)
+        if prices is not None and tier.up_to is not None:
+            tier_prices = replace(tier_prices, above=(tier.up_to, prices))
+        prices = tier_prices
+    return prices
+
+
+GUARD_OFF = ("settings guard off: {why}; temperature and top_p are sent as configured without "
+             "knowing whether they reach the model, and stop sequences are also applied by the client")
 
 
 def litellm_profile(cfg: Mapping[str, Any]) -> ModelProfile:
@@ -201,8 +283,7 @@ def litellm_profile(cfg: Mapping[str, Any]) -> ModelProfile:
 
     model = str(cfg.get("model") or "")
     litellm = import_litellm()
-    provider, info = _litellm_facts(litellm, model)
-    notes: list[str] = []
+    provider, info, notes = _litellm_facts(litellm, model)
     reasoning = cfg.get("reasoning")
     if reasoning is None:
         reasoning = bool(info.get("supports_reasoning"))
@@ -210,7 +291,7 @@ def litellm_profile(cfg: Mapping[str, Any]) -> ModelProfile:
             notes.append("reasoning model (litellm's model list)")
     effort = cfg.get("reasoning_effort")
     max_out = cfg.get("max_output_tokens") or info.get("max_output_tokens") or None
-    prices = _configured_prices(cfg)
+    prices = _configured_prices(cfg) or _listed_prices(model)
     if prices is None:
         p_in = float(info.get("input_cost_per_token") or 0.0)
         p_out = float(info.get("output_cost_per_token") or 0.0)
@@ -218,20 +299,22 @@ def litellm_profile(cfg: Mapping[str, Any]) -> ModelProfile:
             cached = info.get("cache_read_input_token_cost")
             prices = Prices(prompt=p_in, completion=p_out,
                             cached_prompt=None if cached is None else float(cached),
-                            source="litellm's price list")
-    sent = _sent_params(model, provider, temperature=0.0, top_p=0.5, stop=["\n"], max_tokens=8)
+                            source=LITELLM_PRICES)
+    sent, why = _sent_params(model, provider, temperature=0.0, top_p=0.5, stop=["\n"], max_tokens=8)
     honors_stop = takes_top_p = True
     fixed_temperature = None
     if sent is not None:
         honors_stop = "stop" in sent or "stop_sequences" in sent
         takes_top_p = "top_p" in sent
         if "temperature" not in sent:
-            one = _sent_params(model, provider, temperature=1.0, max_tokens=8) or {}
-            fixed_temperature = 1.0 if "temperature" in one else None
+            one, why = _sent_params(model, provider, temperature=1.0, max_tokens=8)
+            fixed_temperature = 1.0 if one is not None and "temperature" in one else None
+    guard_off = None if why is None else GUARD_OFF.format(why=why)
     return ModelProfile(model=model, provider=provider, reasoning=bool(reasoning),
                         effort=None if effort is None else str(effort),
                         default_effort=DEFAULT_EFFORT.get(provider, FALLBACK_EFFORT),
                         headroom_tokens=cfg.get("reasoning_headroom"),
                         max_output_tokens=None if max_out is None else int(max_out),
                         honors_stop=honors_stop, takes_top_p=takes_top_p,
-                        fixed_temperature=fixed_temperature, prices=prices, notes=tuple(notes))
+                        fixed_temperature=fixed_temperature, prices=prices, notes=tuple(notes),
+                        guard_off=guard_off)

@@ -9,13 +9,22 @@ Errors that stop the run (memrl.control.guards): a non-transient provider error 
 bad or missing key, no permission, no such model, a request the provider rejects, a prompt
 past the context window; not a content-policy refusal, which belongs to one prompt) and a
 budget that ran out (`BudgetExhaustedError`).
+
+A try whose reply the client never read (`unseen_kind`): "unreadable", a reply arrived but its
+body could not be parsed (a cut 200: a JSON decoding error in the exception's chain; litellm
+maps it to a 500 for OpenAI and to a 422 BadRequestError for Gemini), and "lost", the request
+was sent but no reply was read (a read timeout, a connection dropped mid-reply, a gateway's
+504). The provider may have billed either (the accounting counts them with a bound:
+memrl.llm.bill `unseen_bound`); both are transient, never fatal. A try that never reached the
+provider (a refused or timed-out connect) is neither.
 """
 
 from __future__ import annotations
 
 import email.utils
+import json
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from memrl.llm.base import BudgetExhaustedError, MissingKeyError
 
@@ -55,6 +64,35 @@ class EmptyReplyError(Exception):
     """An HTTP 200 whose reply holds no text (retried like a transient fault)."""
 
 
+_SENT_NOT_READ = frozenset({"ReadTimeout", "ReadError", "RemoteProtocolError", "WriteTimeout", "WriteError"})
+_NEVER_SENT = frozenset({"ConnectTimeout", "ConnectError", "PoolTimeout"})
+_TIMEOUTS = frozenset({"Timeout", "APITimeoutError"})
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """The exception and its causes / contexts, each once."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
+def unseen_kind(exc: BaseException) -> str | None:
+    """"unreadable", "lost" or None (module doc: a try whose reply the client never read)."""
+    chain = list(_chain(exc))
+    if any(isinstance(e, json.JSONDecodeError) for e in chain):
+        return "unreadable"
+    names = {type(e).__name__ for e in chain if (type(e).__module__ or "").startswith(("httpx", "httpcore"))}
+    if names & _NEVER_SENT:
+        return None
+    if names & _SENT_NOT_READ or getattr(exc, "status_code", None) == 504 \
+            or any(c.__name__ in _TIMEOUTS for c in _provider_classes(exc)):
+        return "lost"
+    return None
+
+
 def _provider_classes(exc: BaseException) -> list[type]:
     return [c for c in type(exc).__mro__ if (c.__module__ or "").startswith(("litellm", "openai"))]
 
@@ -65,6 +103,8 @@ def is_fatal(exc: BaseException) -> bool:
     specific decides), and a missing key."""
     if isinstance(exc, (MissingKeyError, BudgetExhaustedError)):
         return True
+    if unseen_kind(exc) == "unreadable":  # a cut reply (for Gemini litellm says 422 BadRequest)
+        return False
     for cls in _provider_classes(exc):
         if cls.__name__ in _PER_REQUEST_NAMES:
             return False
@@ -82,7 +122,7 @@ def is_transient(exc: BaseException) -> bool:
     litellm / openai classes are recognised by name and module along the MRO, so litellm need
     not be imported when the backend is something else.
     """
-    if isinstance(exc, (TimeoutError, ConnectionError, EmptyReplyError)):
+    if isinstance(exc, (TimeoutError, ConnectionError, EmptyReplyError)) or unseen_kind(exc) is not None:
         return True
     for cls in type(exc).__mro__:
         module = cls.__module__ or ""

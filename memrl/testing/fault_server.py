@@ -11,7 +11,7 @@ Every request gets, after a fixed latency, either a normal reply or one fault:
   rate_limit              HTTP 429 without Retry-After
   server_error            HTTP 500
   unavailable             HTTP 503
-  hang                    no answer for `hang_s` (past the client's timeout)
+  hang                    no answer for `hang_s` (past the client's timeout), then HTTP 504
   truncated_json          HTTP 200 whose JSON body is cut in half
   empty_content           HTTP 200, a well-formed reply with empty content
   no_action               HTTP 200, a reply with no parseable action ("  >  ")
@@ -30,15 +30,18 @@ answered per sliding window of W seconds; any beyond it gets HTTP 429 with a Ret
 requests do not count towards the window. `counts()["over_limit"]` is how many were
 rejected, so a test can see whether a client turns a rate limit into a storm of retries.
 
-A server made with `api_key=...` answers 401 to any request without that bearer key, as a
-real provider does; `models=[...]` is what it lists at GET /v1/models (default: one model,
-id "fault"), so a test can serve "another model under the same name".
+A server made with `api_key=...` refuses any request without that key, as a real provider
+does (under the emulation in the provider's own status and shape: memrl.testing.provider_rules;
+the emulation checks keys always: without `api_key` it takes EMULATED_KEYS); `models=[...]`
+is what it lists at GET /v1/models (default: one model, id "fault"), so a test can serve
+"another model under the same name".
 
 The choice is a pure function of (seed, request content, how many times this content was seen
 before), so a run that sends the same requests meets the same faults, whatever the thread
 interleaving; a retry of a faulted request is a new draw (`cure_after=n`: its n-th and later
 tries are never faulted). `sticky` rules fault every request whose last message contains all
-of a rule's substrings (a call that fails after any number of retries). `counts()` (or
+of a rule's substrings (a call that fails after any number of retries); `routes` limits the
+draw to some routes (chat, gemini, embeddings). `counts()` (or
 GET /stats) says what was injected; POST /reset zeroes it.
 
 Normal replies (memrl.testing.replies, re-exported here) suit each benchmark's parsers: ALFWorld
@@ -50,8 +53,10 @@ Hosted-provider emulation (`provider=True` or a `ProviderPlan`, `--provider`; mo
 memrl.testing.provider): requests for catalogued models (OpenAI's at /v1/chat/completions and
 /v1/embeddings, Gemini's at `gemini_base` + /models/<model>:generateContent) are validated,
 answered and billed as the provider would (`counts()["billed"]`); other model names are
-answered as without it. Faults are injected on top (in Google's error format on the Gemini
-route); an injected 429/5xx/hang is never billed, an injected 200 is.
+refused on every route (404, as the provider does). Faults are injected on top (in Google's
+error format on the Gemini route): an injected 429/5xx is never billed; an injected 200 is,
+and so are a `truncated_json` reply and a `hang` (the provider made the reply; the client
+never reads it), which the ledger counts as unseen (memrl.testing.ledger).
 
 CLI (for benchmarks that keep the server out of the client's process):
     python -m memrl.testing.fault_server --port 8765 --latency 0.5 --fault-rate 0.2 [--provider]
@@ -66,102 +71,20 @@ import math
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Sequence
 from urllib.parse import parse_qs, urlsplit
 
-from memrl.testing.provider import (GOOGLE_BAD_KEY, GOOGLE_NO_KEY, Provider, ProviderPlan, google_error,
-                                    not_found, provider_route)
+from memrl.testing.fault_plan import (FATAL_FAULTS, FAULT_ERRORS, FAULTS, NO_ACTION_REPLY, ROUTES, TRANSIENT_FAULTS,
+                                      FaultPlan, content_key)
+from memrl.testing.provider import (EMULATED_KEYS, Provider, ProviderPlan, google_error, key_refusal, not_found,
+                                    provider_route)
 from memrl.testing.replies import apply_stop, reply_for, request_messages, text_of
 
-TRANSIENT_FAULTS = ("rate_limit_retry_after", "rate_limit", "server_error", "unavailable", "hang",
-                    "truncated_json", "empty_content", "no_action")
-FATAL_FAULTS = ("auth_error", "permission_denied", "model_not_found", "bad_request", "context_window")
-FAULTS = TRANSIENT_FAULTS + FATAL_FAULTS
-NO_ACTION_REPLY = "  >  "
-
-
-@dataclass
-class FaultPlan:
-    """What the server injects. `rates` maps a fault name (FAULTS) to a probability per request;
-    the rates must sum to at most 1."""
-
-    rates: dict[str, float] = field(default_factory=dict)
-    latency_s: float = 0.0          # added to every request before it is answered
-    retry_after_s: float = 1.0      # the Retry-After value of `rate_limit_retry_after`
-    hang_s: float = 30.0            # how long a `hang` keeps the request open
-    seed: int = 0
-    sticky: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
-    cure_after: int | None = None   # the n-th and later tries of one request are never faulted
-    limit_requests: int | None = None  # a rate limit: requests answered per window (module doc)
-    limit_window_s: float = 1.0
-
-    def __post_init__(self) -> None:
-        unknown = sorted(set(self.rates) - set(FAULTS))
-        if unknown:
-            raise ValueError(f"unknown fault names {unknown}; known: {FAULTS}")
-        if any(r < 0 for r in self.rates.values()) or sum(self.rates.values()) > 1 + 1e-9:
-            raise ValueError(f"fault rates must be >= 0 and sum to <= 1, got {self.rates}")
-        for subs, name in self.sticky:
-            if name not in FAULTS:
-                raise ValueError(f"sticky fault {name!r} is not one of {FAULTS}")
-            if not subs:
-                raise ValueError("a sticky rule needs at least one substring")
-        if self.limit_requests is not None and (self.limit_requests < 1 or self.limit_window_s <= 0):
-            raise ValueError("limit_requests must be >= 1 and limit_window_s > 0")
-        if self.latency_s < 0 or self.hang_s < 0 or self.retry_after_s < 0:
-            raise ValueError("latency_s, hang_s and retry_after_s must be >= 0")
-
-    @classmethod
-    def mixed(cls, fault_rate: float, **kw: Any) -> "FaultPlan":
-        """`fault_rate` spread evenly over every transient fault class."""
-        return cls(rates={name: fault_rate / len(TRANSIENT_FAULTS) for name in TRANSIENT_FAULTS}, **kw)
-
-    def choose(self, content_key: str, attempt: int, last_message: str) -> str | None:
-        """The fault for this request, or None for a normal reply."""
-        for subs, name in self.sticky:
-            if all(s in last_message for s in subs):
-                return name
-        if self.cure_after is not None and attempt >= self.cure_after:
-            return None
-        digest = hashlib.sha256(f"{self.seed}:{content_key}:{attempt}".encode()).digest()
-        u = int.from_bytes(digest[:8], "big") / 2**64
-        acc = 0.0
-        for name in FAULTS:
-            acc += self.rates.get(name, 0.0)
-            if u < acc:
-                return name
-        return None
-
-
-def content_key(body: dict[str, Any], emulated: bool = False) -> str:
-    """What identifies 'the same request' for the repeatable fault draw (for an emulated
-    provider's request also its own fields: Gemini's contents, reasoning effort, ...)."""
-    keep = {k: body.get(k) for k in ("model", "messages", "max_tokens", "stop", "temperature",
-                                     "top_p", "seed")}
-    if emulated:
-        keep.update({k: body[k] for k in _MORE_KEYS if k in body})
-    return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()
-
-
-_MORE_KEYS = ("max_completion_tokens", "reasoning_effort", "contents", "system_instruction",
-              "systemInstruction", "generationConfig", "input", "dimensions")
-# the error faults: HTTP status, message, OpenAI error code
-_FAULT_ERRORS = {
-    "rate_limit_retry_after": (429, "rate limit reached (injected)", "rate_limit_exceeded"),
-    "rate_limit": (429, "rate limit reached (injected)", "rate_limit_exceeded"),
-    "server_error": (500, "internal server error (injected)", "server_error"),
-    "unavailable": (503, "service unavailable (injected)", "server_error"),
-    "auth_error": (401, "Incorrect API key provided (injected)", "invalid_api_key"),
-    "permission_denied": (403, "this key may not use this model (injected)", "permission_denied"),
-    "model_not_found": (404, "The model `{model}` does not exist (injected)", "model_not_found"),
-    "bad_request": (400, "Unrecognized request argument (injected)", "invalid_request_error"),
-    "context_window": (400, "This model's maximum context length is 4096 tokens. However, your "
-                            "messages resulted in 9000 tokens. (injected)", "context_length_exceeded"),
-    "hang": (504, "hung request (injected)", "timeout"),
-}
-
+# the names tests and scripts import from here (their home: memrl.testing.fault_plan)
+__all__ = ["FATAL_FAULTS", "FAULTS", "NO_ACTION_REPLY", "ROUTES", "TRANSIENT_FAULTS", "FaultPlan", "FaultServer",
+           "content_key"]
 
 # ------------------------------------------------------------------------------ server
 class _Handler(BaseHTTPRequestHandler):
@@ -193,13 +116,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, owner.counts())
         elif path in ("/v1/models", "/models"):
             if not owner.authorized(self):
-                self._json(401, _error("invalid api key (checked by the fault server)", "invalid_api_key"))
+                self._json(*key_refusal(False, owner.sent_key(self)))
                 return
             self._json(200, {"object": "list", "data": owner.models})
         elif path == "/v1beta/models" and owner.provider is not None:
-            ok = owner.authorized(self, google=True)
-            self._json(200 if ok else 403,
-                       owner.provider.listing(google=True) if ok else google_error(403, GOOGLE_NO_KEY))
+            if not owner.authorized(self, google=True):
+                self._json(*key_refusal(True, owner.sent_key(self, google=True)))
+                return
+            self._json(200, owner.provider.listing(google=True))
         else:
             self._json(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -226,9 +150,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, google_error(400, "Invalid JSON payload received.") if google else
                        {"error": {"message": "request body is not JSON", "type": "invalid_request_error"}})
             return
-        if route != "chat" and owner.provider is not None and owner.provider.spec(model, route) is None:
-            self._json(404, not_found(route, model))
-            return
         try:
             owner.answer(self, body, messages, route=route, model=model)
         except (BrokenPipeError, ConnectionResetError):
@@ -243,14 +164,19 @@ class _HTTPServer(ThreadingHTTPServer):
 
 class FaultServer:
     """The server, run in a background thread. Use as a context manager or start()/stop().
-    `provider`: True or a `ProviderPlan` turns on the hosted-provider emulation (module doc)."""
+    `provider`: True or a `ProviderPlan` turns on the hosted-provider emulation (module doc).
+    `api_key`: the key every request must carry, one for all routes or {"openai": ..., "google":
+    ...}; None: no key is checked, except under the emulation, which then takes EMULATED_KEYS."""
 
     def __init__(self, plan: FaultPlan | None = None, host: str = "127.0.0.1", port: int = 0,
-                 api_key: str | None = None, models: list[dict[str, Any]] | None = None,
+                 api_key: str | dict[str, str] | None = None, models: list[dict[str, Any]] | None = None,
                  expert: dict[str, list[str]] | None = None, provider: bool | ProviderPlan | None = None):
         self.plan = plan or FaultPlan()
         self.expert = {k.strip(): list(v) for k, v in (expert or {}).items()}  # expert reply mode
-        self.api_key = api_key
+        if api_key is None and provider:
+            api_key = dict(EMULATED_KEYS)
+        self.keys: dict[str, str] | None = None if api_key is None else \
+            dict(api_key) if isinstance(api_key, dict) else {"openai": api_key, "google": api_key}
         settings = provider if isinstance(provider, ProviderPlan) else ProviderPlan() if provider else None
         self.provider = Provider(settings, self._reply) if settings is not None else None
         default = Provider.listing()["data"] if self.provider else [{"id": "fault", "object": "model"}]
@@ -345,14 +271,20 @@ class FaultServer:
             self._counts["requests"] += 1
             return self._admitted[0] + self.plan.limit_window_s - now
 
-    def authorized(self, handler: _Handler, google: bool = False) -> bool:
-        """The request carries the server's key: a bearer token (OpenAI), or Google's
-        `x-goog-api-key` header or `key=` query parameter."""
-        if self.api_key is None:
-            return True
+    @staticmethod
+    def sent_key(handler: _Handler, google: bool = False) -> str | None:
+        """The key a request carries: a bearer token (OpenAI), or Google's `x-goog-api-key`
+        header or `key=` query parameter; None when it carries none."""
         if google:
-            return self.api_key in (handler.headers.get("x-goog-api-key"), _query_key(handler))
-        return handler.headers.get("Authorization") == f"Bearer {self.api_key}"
+            return handler.headers.get("x-goog-api-key") or _query_key(handler)
+        auth = handler.headers.get("Authorization") or ""
+        return auth[len("Bearer "):] if auth.startswith("Bearer ") and len(auth) > len("Bearer ") else None
+
+    def authorized(self, handler: _Handler, google: bool = False) -> bool:
+        """The request carries the server's key for its route (always, when none is set)."""
+        if self.keys is None:
+            return True
+        return self.sent_key(handler, google) == self.keys["google" if google else "openai"]
 
     # -- one request ------------------------------------------------------------------
     def answer(self, handler: _Handler, body: dict[str, Any], messages: list[dict[str, Any]],
@@ -376,9 +308,9 @@ class FaultServer:
             self._counts["requests"] += 1
             self._in_flight += 1
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
-        fault = self.plan.choose(key, attempt, last)
+        fault = self.plan.choose(key, attempt, last, route)
         if not self.authorized(handler, google):
-            fault = "auth_error"
+            fault = "auth_error"  # a provider checks the key first: then the model, then the rest
         try:
             if self.plan.latency_s:
                 self._stopping.wait(self.plan.latency_s)
@@ -398,24 +330,33 @@ class FaultServer:
                  route: str = "chat", model: str = "") -> None:
         spec = self.provider.spec(model, route) if self.provider is not None else None
         google = route == "gemini"
-        if fault in _FAULT_ERRORS:
-            status, message, code = _FAULT_ERRORS[fault]
+        if fault == "auth_error" and self.provider is not None:  # the provider's own refusal
+            status, obj = key_refusal(google, self.sent_key(h, google))
+            self._unbilled(spec, status)
+            h._json(status, obj)
+            return
+        if fault == "hang":  # the provider made (and billed) the reply; the client never gets it
+            if spec is not None:
+                self._provider_reply(spec, route, body, messages, None, delivered=False)
+            self._stopping.wait(self.plan.hang_s)
+            h.close_connection = True
+        if fault in FAULT_ERRORS:
+            status, message, code = FAULT_ERRORS[fault]
             message = message.format(model=model)
             headers = {"Retry-After": _fmt_seconds(self.plan.retry_after_s)} \
                 if fault == "rate_limit_retry_after" else None
-            if fault == "hang":
-                self._stopping.wait(self.plan.hang_s)
-                h.close_connection = True
-            if google and fault == "auth_error":
-                sent = h.headers.get("x-goog-api-key") or _query_key(h)
-                status, message = (401, GOOGLE_BAD_KEY) if sent else (403, GOOGLE_NO_KEY)
-            self._unbilled(spec, status)
+            if fault != "hang":  # a hang's reply was billed above
+                self._unbilled(spec, status)
             h._json(status, google_error(status, message) if google else _error(message, code), headers)
             return
+        if self.provider is not None and spec is None:  # the emulation serves its catalogue only
+            self.provider.ledger.unbilled(model, 404)
+            h._json(404, not_found(route, model))
+            return
         text = "" if fault == "empty_content" else NO_ACTION_REPLY if fault == "no_action" else None
-        if spec is not None and self.provider is not None:
-            handle = {"chat": self.provider.chat, "gemini": self.provider.generate}.get(route)
-            status, obj = handle(spec, body, messages, text) if handle else self.provider.embed(spec, body)
+        if spec is not None:
+            status, obj = self._provider_reply(spec, route, body, messages, text,
+                                               delivered=fault != "truncated_json")
         else:
             if text is None:
                 text = apply_stop(self._reply(messages), body.get("stop"))
@@ -424,6 +365,12 @@ class FaultServer:
         if fault == "truncated_json" and status == 200:
             payload = payload[: len(payload) // 2]
         h._send(status, payload)
+
+    def _provider_reply(self, spec: Any, route: str, body: dict[str, Any], messages: list[dict[str, Any]],
+                        text: str | None, delivered: bool) -> tuple[int, dict[str, Any]]:
+        assert self.provider is not None
+        handle = {"chat": self.provider.chat, "gemini": self.provider.generate}.get(route, self.provider.embed)
+        return handle(spec, body, messages, text, delivered=delivered)
 
     def _reply(self, messages: Sequence[dict[str, Any]], react_rate: float = 0.0) -> str:
         return reply_for(messages, react_rate, self.expert or None)

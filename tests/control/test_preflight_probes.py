@@ -145,7 +145,7 @@ def test_a_missing_key_of_the_embedder_is_named_before_any_call():
 
 
 def test_the_embedder_is_probed_past_its_cache_and_its_spend_counted():
-    with FaultServer(provider=True) as server:
+    with FaultServer(provider=True, api_key="k") as server:  # the emulation checks every key
         inner = LiteLLMEmbedder("openai/text-embedding-3-large", api_base=server.api_base, api_key_env="MEMRL_EMB_KEY")
         os.environ["MEMRL_EMB_KEY"] = "k"
         try:
@@ -177,7 +177,7 @@ def test_the_paper_preset_without_a_key_says_so_in_one_line_and_exits_2(tmp_path
 
 @needs_data
 def test_memrl_check_prints_the_table_for_the_paper_preset(tmp_path):
-    with FaultServer(provider=True) as server:
+    with FaultServer(provider=True, api_key="k") as server:  # the emulation checks every key
         env = dict(os.environ, MEMRL_CACHE_DIR=str(tmp_path / "cache"), ALFWORLD_DATA=str(ALFWORLD),
                    HF_HUB_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True", OPENAI_API_KEY="k",
                    NO_PROXY="127.0.0.1,localhost")

@@ -150,6 +150,25 @@ def test_a_missing_or_bad_key_or_an_unknown_model_stops_before_epoch_1(tmp_path)
         assert card(run_dir)["status"] == "finished" and "error" not in card(run_dir)
 
 
+def test_the_card_says_when_the_settings_guard_could_not_apply(tmp_path):
+    """Issue 32, item 10. A model litellm cannot place (no provider prefix; the call reaches the
+    server through `llm.extra.custom_llm_provider`): before, the guard turned itself off in
+    silence; now the card names the model and why, and the stop sequences are cut by the client."""
+    with FaultServer(FaultPlan()) as server:
+        run_dir = tmp_path / "run"
+        args = [*fault_llm(server, "llm.model=served-model", "+llm.extra.custom_llm_provider=openai"),
+                "runner.epochs=1", "runner.batch_size=2", f"hydra.run.dir={run_dir}"]
+        out = memrl_run(args, tmp_path, **{KEY: "k"})
+        assert out.returncode == 0, out.stderr[-2000:]
+    c = card(run_dir)
+    assert c["status"] == "finished"
+    why = c["settings_guard_off"]["llm"]
+    assert why.startswith("settings guard off: litellm names no provider for 'served-model'")
+    profile = c["sessions"][-1]["profiles"]["llm"]
+    assert profile["settings_guard"] == why and profile["stop"] == "provider and client"
+    assert "settings guard off" in out.stdout + out.stderr  # said at the start too
+
+
 def test_the_preflight_calls_each_model_once_and_names_the_one_that_fails(monkeypatch):
     from memrl.control.preflight import PreflightError, preflight
     from memrl.llm.litellm_backend import LiteLLMBackend

@@ -38,9 +38,13 @@ def test_a_plain_chat_model_takes_every_setting_and_keeps_its_budget() -> None:
 
 
 def test_gemini_3_is_a_reasoning_model_litellm_cannot_price() -> None:
+    import litellm
+
+    assert float(litellm.get_model_info("gemini/gemini-3-pro-preview").get("input_cost_per_token") or 0) == 0
     p = litellm_profile({"model": "gemini/gemini-3-pro-preview"})
     assert p.reasoning and p.effective_effort == "high" and p.honors_stop
-    assert p.prices is None and not p.priced
+    # priced from the project's price list (memrl.llm.price_list; tests/llm/test_price_list.py)
+    assert p.priced and p.prices.source.startswith("memrl price list")
     priced = litellm_profile({"model": "gemini/gemini-3-pro-preview", "price_per_mtok_in": 2.0,
                               "price_per_mtok_out": 12.0, "price_per_mtok_cached_in": 0.2,
                               "max_output_tokens": 65536})
