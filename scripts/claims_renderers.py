@@ -26,9 +26,11 @@ def _signed(x: float) -> str:
     return f"{x:+.2f}".replace("+0.00", "0.00").replace("-0.00", "0.00")
 
 
-def _cards(folder: Path, arms: list[str]) -> None:
-    for arm in arms:
-        card = folder / f"{arm}.run_card.json"
+def _cards(folder: Path, runs: list[str]) -> None:
+    """Every run card a result was made from (`<arm>.<split>.run_card.json`): the check requires
+    each clean."""
+    for run in runs:
+        card = folder / f"{run}.run_card.json"
         if not card.is_file():
             raise FileNotFoundError(f"{card} is not in the repository")
         CARDS_READ.add(str(card))
@@ -42,7 +44,7 @@ def _condition_rows(results: Path) -> list[tuple[dict[str, Any], dict[str, Any]]
     rows = []
     for cond in CONDITIONS:
         res = _json(results / SENSITIVITY / cond.name / "result.json")
-        _cards(results / SENSITIVITY / cond.name, list(res["solved"]))
+        _cards(results / SENSITIVITY / cond.name, list(res["runs"]))
         rows.append((res, power))
     return rows
 
@@ -98,11 +100,12 @@ def sensitivity_power(results: Path) -> str:
             "power (exact McNemar, α 0.05) |\n|---|---|---|---|---|---|---|\n")
     lines = []
     for p in design["predictions"]:
-        ties, order, k = p["condition"].rsplit("_", 2)[0], p["condition"].split("_")[1], p["condition"][-1]
+        ties, order, k = p["condition"].split("_")
+        k = k.removeprefix("k")
         arm = "memrl" if p["variant"] == "paper" else f"memrl_{p['variant']}"
         sr = " ".join(f"{x * p['n_games']:.1f}" for x in p["sr"]["memrl"])
         rag = " ".join(f"{x * p['n_games']:.1f}" for x in p["sr"]["rag"])
-        lines.append(f"| {ties.split('_')[0]} | {order} | {k} | {arm} | {sr} / {rag} of {p['n_games']} | "
+        lines.append(f"| {ties} | {order} | {k} | {arm} | {sr} / {rag} of {p['n_games']} | "
                      f"{p['b']:.1f} / {p['c']:.1f} | {p['power']:.2f} |")
     return head + "\n".join(lines) + "\n"
 

@@ -36,7 +36,7 @@ def _copy_run(run_dir: Path, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(rd.card, dest / "run_card.json")
     shutil.copyfile(rd.metrics, dest / "metrics.json")
-    with open(rd.episodes, "rb") as src, gzip.open(dest / "episodes.jsonl.gz", "wb", mtime=0) as dst:
+    with open(rd.episodes, "rb") as src, gzip.GzipFile(dest / "episodes.jsonl.gz", "wb", mtime=0) as dst:
         shutil.copyfileobj(src, dst)
 
 
@@ -48,12 +48,21 @@ def design(a: argparse.Namespace) -> int:
     from memrl.demo.sensitivity_runs import select_games
     from memrl.llm.embed import MiniLMEmbedder
 
-    eligible = select_games(a.survey)
+    from memrl.core.records import iter_jsonl
+    from memrl.core.rundir import RunDir
+
+    eligible = []
+    for survey in a.survey:
+        split = json.loads(RunDir(survey).card.read_text())["config"]["env"]["split"]
+        # the demo's games (the first `--exclude-first` of a split, sorted): tuned on, left out
+        firsts = sorted(r["task_id"] for r in iter_jsonl(RunDir(survey).episodes))[:a.exclude_first.get(split, 0)]
+        eligible += select_games(survey, exclude=firsts)
     rng = np.random.default_rng(derive_seed(0, "sensitivity-games"))
     n = min(a.n, len(eligible))
     pick = sorted(rng.choice(len(eligible), size=n, replace=False).tolist())
     games = [eligible[i] for i in pick]
-    sim_games = games_from_intents([g["intent"] for g in games], MiniLMEmbedder().embed, [g["task"] for g in games])
+    sim_games = games_from_intents([g["intent"] for g in games], MiniLMEmbedder().embed,
+                                   [f"{g['split']}:{g['task']}" for g in games])
     student = StudentModel()
     preds = []
     t0 = time.monotonic()
@@ -68,15 +77,16 @@ def design(a: argparse.Namespace) -> int:
     out = a.out / "design"
     out.mkdir(parents=True, exist_ok=True)
     (out / "games.json").write_text(json.dumps({
-        "split": "valid_train", "epochs": 3, "eligible": len(eligible), "n": n,
-        "rule": "expert solves in 4..15 steps; seeded sample derive_seed(0, 'sensitivity-games')",
-        "variant_conditions": variant_conditions,
-        "games": [g["task"] for g in games], "steps": {g["task"]: g["steps"] for g in games},
-        "intents": {g["task"]: g["intent"] for g in games}}, indent=1) + "\n")
+        "epochs": 3, "eligible": len(eligible), "n": n,
+        "rule": "the expert solves in 4..15 steps; the demo's games left out "
+                f"({a.exclude_first}); a seeded sample: derive_seed(0, 'sensitivity-games')",
+        "variant_conditions": variant_conditions, "games": games}, indent=1) + "\n")
     (out / "power.json").write_text(json.dumps({
         "student": vars(student), "n_sims": a.sims, "alpha": 0.05, "wall_s": round(time.monotonic() - t0, 1),
         "predictions": preds}, indent=1) + "\n")
-    _copy_run(a.survey, a.out / "survey")
+    for survey in a.survey:
+        split = json.loads(RunDir(survey).card.read_text())["config"]["env"]["split"]
+        _copy_run(survey, a.out / "survey" / split)
     print(f"{n} of {len(eligible)} eligible games; wrote {out}")
     return 0
 
@@ -108,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("design")
-    d.add_argument("--survey", type=Path, required=True, help="the expert's run on valid_train (agent=expert)")
+    d.add_argument("--survey", type=Path, nargs="+", required=True,
+                   help="the expert's runs on whole splits (agent=expert, 50 steps)")
+    d.add_argument("--exclude-first", type=lambda v: {k: int(n) for k, n in (x.split(":") for x in v.split(","))},
+                   default={"valid_seen": 16}, help="split:N,...: the first N games of a split are left out "
+                   "(default valid_seen:16, the demo's games)")
     d.add_argument("--n", type=int, default=48)
     d.add_argument("--sims", type=int, default=400)
     d.add_argument("--out", type=Path, default=DEFAULT_OUT)

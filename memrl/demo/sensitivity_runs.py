@@ -3,9 +3,12 @@ conditions and power analysis; docs/experiments.md its pre-registration and resu
 
 Layout under the work folder (`runs/sensitivity` by default):
 
-    design/games.json                  the games (chosen before any run, with why)
-    teacher_<order>/                   the history bank of each memory order (the expert twice)
-    <condition>/<arm>/                 one `memrl run` per arm: rag, memrl, memrl_q_init_failed
+    teacher_<order>_<split>/           the history bank of each memory order and split (the expert twice)
+    <condition>/<arm>/<split>/         one `memrl run` per arm and split: rag, memrl, memrl_q_init_failed
+
+A run covers one ALFWorld split, so games drawn from two splits are played in two runs per arm;
+the readings pool them (task ids prefixed by their split): games are the paired unit, and two
+games of different splits never share a memory bank in either method.
 
 Every run is an ordinary run directory (it resumes; its card records the commit). `collect`
 writes, per condition, `results/<...>/<condition>/result.json` and beside it each arm's run
@@ -46,26 +49,36 @@ VARIANTS: dict[str, list[str]] = {"memrl_q_init_failed": ARMS["memrl"] + ["memor
 
 @dataclass(frozen=True)
 class Design:
-    """What the pre-registration fixed: the games, epochs and which conditions run the variant."""
+    """What the pre-registration fixed: the games (split, task id), epochs and which conditions
+    run the variant."""
 
-    split: str
-    games: list[str]
+    games: list[tuple[str, str]]
     epochs: int
     variant_conditions: list[str]
 
     @classmethod
     def read(cls, path: Path) -> "Design":
         d = json.loads(Path(path).read_text())
-        return cls(d["split"], list(d["games"]), int(d["epochs"]), list(d["variant_conditions"]))
+        return cls([(g["split"], g["task"]) for g in d["games"]], int(d["epochs"]), list(d["variant_conditions"]))
+
+    @property
+    def splits(self) -> list[str]:
+        return list(dict.fromkeys(split for split, _ in self.games))
+
+    def tasks(self, split: str) -> list[str]:
+        return [t for s, t in self.games if s == split]
 
 
-def select_games(survey_run: Path, *, low: int = ATTEMPT_STEPS + 1, high: int = STUDENT_STEPS) -> list[dict[str, Any]]:
+def select_games(survey_run: Path, *, low: int = ATTEMPT_STEPS + 1, high: int = STUDENT_STEPS,
+                 exclude: Sequence[str] = ()) -> list[dict[str, Any]]:
     """The games of a survey run (the expert once on a split, `agent=expert`) whose expert
     solution takes `low`..`high` steps: long enough that the 3-step attempt fails, short enough
-    that the student (15 steps) can replay it. Sorted by task id."""
+    that the student (15 steps) can replay it; `exclude`: task ids left out. Sorted by task id."""
+    card = json.loads(RunDir(survey_run).card.read_text())
+    split = card["config"]["env"]["split"]
     rows = [r for r in iter_jsonl(RunDir(survey_run).episodes)]
-    keep = [{"task": r["task_id"], "steps": int(r["steps"]), "intent": r.get("intent", "")}
-            for r in rows if r["success"] and low <= int(r["steps"]) <= high]
+    keep = [{"split": split, "task": r["task_id"], "steps": int(r["steps"]), "intent": r.get("intent", "")}
+            for r in rows if r["success"] and low <= int(r["steps"]) <= high and r["task_id"] not in exclude]
     return sorted(keep, key=lambda g: g["task"])
 
 
@@ -73,13 +86,13 @@ def _task_ids(games: Sequence[str]) -> str:
     return "env.task_ids=[" + ",".join(json.dumps(g) for g in games) + "]"
 
 
-def common(design: Design) -> list[str]:
-    return BASE + [f"env.split={design.split}", _task_ids(design.games), f"runner.epochs={design.epochs}"]
+def common(design: Design, split: str) -> list[str]:
+    return BASE + [f"env.split={split}", _task_ids(design.tasks(split)), f"runner.epochs={design.epochs}"]
 
 
-def arm_overrides(design: Design, cond: Condition, arm: str, teacher: Path) -> list[str]:
+def arm_overrides(design: Design, cond: Condition, arm: str, split: str, teacher: Path) -> list[str]:
     spec = {**ARMS, **VARIANTS}[arm]
-    return common(design) + [o.format(teacher=teacher) for o in spec] + [
+    return common(design, split) + [o.format(teacher=teacher) for o in spec] + [
         f"memory.bank.ties={cond.ties}", f"env.retrieval.k2={cond.k2}"]
 
 
@@ -87,11 +100,11 @@ def arms_of(design: Design, cond: Condition) -> list[str]:
     return list(ARMS) + (list(VARIANTS) if cond.name in design.variant_conditions else [])
 
 
-def build_teacher(design: Design, work: Path, order: str) -> Path:
+def build_teacher(design: Design, work: Path, order: str, split: str) -> Path:
     from memrl.demo.teach import history_bank
 
-    overrides = BASE + [f"env.split={design.split}", _task_ids(design.games)]
-    bank = history_bank(overrides, work / f"teacher_{order}", attempt_steps=ATTEMPT_STEPS,
+    overrides = BASE + [f"env.split={split}", _task_ids(design.tasks(split))]
+    bank = history_bank(overrides, work / f"teacher_{order}_{split}", attempt_steps=ATTEMPT_STEPS,
                         expert_steps=TEACHER_STEPS, order=order)
     print(f"[sensitivity] {bank.describe()}", flush=True)
     return bank.bank_dir.resolve()
@@ -114,34 +127,49 @@ def run_all(design: Design, work: Path, *, jobs: int = 2, only: Sequence[str] = 
     """Every condition's arms, `jobs` conditions at once (each condition's arms in order, so
     MemRL's first epoch finds RAG's answers in the shared response cache)."""
     conds = [c for c in CONDITIONS if not only or c.name in only]
-    teachers = {o: build_teacher(design, work, o) for o in sorted({c.order for c in conds})}
+    teachers = {(o, s): build_teacher(design, work, o, s) for o in sorted({c.order for c in conds})
+                for s in design.splits}
 
     def condition(cond: Condition) -> None:
         for arm in arms_of(design, cond):
-            d = work / cond.name / arm
-            _play(d, arm_overrides(design, cond, arm, teachers[cond.order]), work / cond.name / f"{arm}.log")
+            for split in design.splits:
+                _play(work / cond.name / arm / split,
+                      arm_overrides(design, cond, arm, split, teachers[(cond.order, split)]),
+                      work / cond.name / f"{arm}.{split}.log")
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         for f in [pool.submit(condition, c) for c in conds]:
             f.result()
 
 
-def readings(run_dirs: dict[str, Path]) -> dict[str, Any]:
-    """One condition's readings from its run directories alone."""
-    from memrl.demo.utility_experiment import own_failure_injections, paired_runs, reinjected_after_failure
-    from memrl.metrics.compute import load_run, success_matrix
+def pooled_records(run_dirs: dict[str, Path]) -> list:
+    """The records of one arm's runs (split -> run dir), task ids prefixed by their split."""
+    from dataclasses import replace
+
+    from memrl.metrics.compute import load_run
+
+    return [replace(r, task_id=f"{split}:{r.task_id}") for split, d in run_dirs.items() for r in load_run(d)]
+
+
+def readings(arms: dict[str, dict[str, Path]]) -> dict[str, Any]:
+    """One condition's readings from its run directories alone (arm -> split -> run dir)."""
+    from memrl.demo.utility_experiment import own_failure_injections, paired, reinjected_after_failure
+    from memrl.metrics.compute import success_matrix
     from memrl.metrics.utility import utility_readings
 
-    recs = {k: load_run(v) for k, v in run_dirs.items()}
-    out: dict[str, Any] = {
-        "solved": {k: [int(x) for x in success_matrix(r)[2].sum(axis=1)] for k, r in recs.items()},
-        "games": len(success_matrix(next(iter(recs.values())))[0]),
-        "paired": {f"{m} vs rag": paired_runs(run_dirs[m], run_dirs["rag"]) for m in run_dirs if m != "rag"},
+    recs = {k: pooled_records(v) for k, v in arms.items()}
+    mats = {k: success_matrix(r) for k, r in recs.items()}
+    games = mats["rag"][0]
+    if any(m[0] != games for m in mats.values()):
+        raise ValueError("the arms did not play the same games")
+    return {
+        "solved": {k: [int(x) for x in m[2].sum(axis=1)] for k, m in mats.items()},
+        "games": len(games),
+        "paired": {f"{k} vs rag": paired(mats[k][2], mats["rag"][2]) for k in arms if k != "rag"},
         "h1": {k: reinjected_after_failure(r) for k, r in recs.items()},
         "own_failure_injections": {k: own_failure_injections(r) for k, r in recs.items()},
         "utility": {k: utility_readings(r) for k, r in recs.items()},
     }
-    return out
 
 
 def card_of(run_dir: Path) -> dict[str, Any]:
@@ -153,23 +181,25 @@ def collect(design: Design, work: Path, out: Path) -> dict[str, Any]:
     condition's folder holds that condition only: nothing of another is written there."""
     summary: dict[str, Any] = {}
     for cond in CONDITIONS:
-        dirs = {arm: work / cond.name / arm for arm in arms_of(design, cond)}
-        missing = [str(d) for d in dirs.values() if not RunDir(d).episodes.is_file()]
+        arms = {arm: {s: work / cond.name / arm / s for s in design.splits} for arm in arms_of(design, cond)}
+        missing = [str(d) for a in arms.values() for d in a.values() if not RunDir(d).episodes.is_file()]
         if missing:
             summary[cond.name] = {"missing": missing}
             continue
-        res = {"condition": cond.name, "ties": cond.ties, "order": cond.order, "k2": cond.k2,
-               **readings(dirs)}
-        res["commits"] = {arm: {"commit": card_of(d)["git"]["commit"], "dirty": card_of(d)["git"]["dirty"],
-                                "status": card_of(d).get("status")} for arm, d in dirs.items()}
+        res = {"condition": cond.name, "ties": cond.ties, "order": cond.order, "k2": cond.k2, **readings(arms)}
+        res["runs"] = {f"{arm}.{s}": {"commit": card_of(d)["git"]["commit"], "dirty": card_of(d)["git"]["dirty"],
+                                      "status": card_of(d).get("status")}
+                       for arm, a in arms.items() for s, d in a.items()}
         dest = out / cond.name
         dest.mkdir(parents=True, exist_ok=True)
-        for arm, d in dirs.items():
-            rd = RunDir(d)
-            shutil.copyfile(rd.card, dest / f"{arm}.run_card.json")
-            shutil.copyfile(rd.metrics, dest / f"{arm}.metrics.json")
-            with open(rd.episodes, "rb") as src, gzip.open(dest / f"{arm}.episodes.jsonl.gz", "wb", mtime=0) as dst:
-                shutil.copyfileobj(src, dst)
+        for arm, a in arms.items():
+            for s, d in a.items():
+                rd = RunDir(d)
+                shutil.copyfile(rd.card, dest / f"{arm}.{s}.run_card.json")
+                shutil.copyfile(rd.metrics, dest / f"{arm}.{s}.metrics.json")
+                with open(rd.episodes, "rb") as src, \
+                        gzip.GzipFile(dest / f"{arm}.{s}.episodes.jsonl.gz", "wb", mtime=0) as dst:
+                    shutil.copyfileobj(src, dst)
         (dest / "result.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
         summary[cond.name] = {"solved": res["solved"],
                               "final": {k: {x: v["final"][x] for x in ("a_only", "b_only", "mcnemar_p")}
