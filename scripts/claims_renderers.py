@@ -110,7 +110,19 @@ def sensitivity_power(results: Path) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def sensitivity_games(results: Path) -> str:
+    """How many games the design took, from which splits, and how many were eligible."""
+    design = _json(results / SENSITIVITY / "design" / "games.json")
+    splits: dict[str, int] = {}
+    for g in design["games"]:
+        splits[g["split"]] = splits.get(g["split"], 0) + 1
+    per = ", ".join(f"{n} of `{s}`" for s, n in splits.items())
+    return (f"**{len(design['games'])} games** ({per}; {design['eligible']} eligible), "
+            f"{design['epochs']} epochs.\n")
+
+
 RENDERERS: dict[str, Callable[[Path], str]] = {
+    "sensitivity-games": sensitivity_games,
     "sensitivity-outcomes": sensitivity_outcomes,
     "sensitivity-mechanism": sensitivity_mechanism,
     "sensitivity-power": sensitivity_power,
