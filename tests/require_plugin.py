@@ -70,7 +70,27 @@ def pytest_runtest_makereport(item, call):
         rep.longrepr = _missing(_reason(rep.longrepr))
 
 
+def _cassette_line(terminalreporter) -> str | None:
+    """Calls that went to the real model because a test's cassette did not hold them
+    (tests/cassette.py), from every report (xdist workers' included)."""
+    missed: dict[str, int] = {}
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            for key, value in getattr(rep, "user_properties", ()) or ():
+                if key == "cassette_misses":
+                    name, n = value
+                    missed[name] = max(missed.get(name, 0), int(n))
+    if not missed:
+        return None
+    parts = ", ".join(f"{name} ({n})" for name, n in sorted(missed.items()))
+    return (f"cassettes: {sum(missed.values())} model calls were not in the cassettes and ran on the model "
+            f"(re-record: MEMRL_RECORD_CASSETTES=1): {parts}")
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
+    line = _cassette_line(terminalreporter)
+    if line:
+        terminalreporter.write_line(line, yellow=True)
     skipped = terminalreporter.stats.get("skipped", [])
     if not skipped:
         terminalreporter.write_line(f"skips: 0 ({VARIABLE}={os.environ.get(VARIABLE, '') or 'unset'})")

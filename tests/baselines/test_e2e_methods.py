@@ -1,5 +1,6 @@
 """Every memory method end to end through the command line on real ALFWorld games with the
-embedded model (a small sample: 2 games, 2 epochs, 2 steps). The methods run as one Hydra
+embedded model's answers replayed from the cassette `baselines_e2e_methods` (tests/cassette.py;
+a small sample: 2 games, 2 epochs, 2 steps). The methods run as one Hydra
 multirun (one process, as a researcher's sweep over `memory=` runs), sharing a response cache;
 Pass@k, which needs sampling, runs on its own."""
 
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from memrl.core.rundir import RunDir
+from cassette import Cassette
 from data_paths import ALFWORLD
+from memrl.core.rundir import RunDir
 
 
 # memrl itself runs end to end in test_e2e_alfworld.py and mem0 in test_mem0.py (slow tests
@@ -42,9 +44,12 @@ def _memrl(args: list[str], cache: Path) -> None:
 @pytest.fixture(scope="module")
 def run_dirs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("methods")
+    tape = Cassette("baselines_e2e_methods", root / "cache")
+    tape.start()
     _memrl(["-m", f"memory={','.join(SWEPT)}", *COMMON, f"hydra.sweep.dir={root / 'sweep'}"], root / "cache")
     _memrl([f"memory={SAMPLED}", *COMMON, "llm.temperature=0.7", f"hydra.run.dir={root / SAMPLED}"],
            root / "cache")
+    tape.finish()
     swept = {json.loads(card.read_text())["config"]["memory"]["name"]: card.parent
              for card in (root / "sweep").glob(f"*/{RunDir(root).card.name}")}
     assert sorted(swept) == sorted(SWEPT), swept  # one run directory per method (hydra.sweep.subdir)

@@ -343,9 +343,11 @@ def test_runner_resume_after_a_crash_inside_apply_matches_an_uninterrupted_run(t
 
 @pytest.mark.slow
 @pytest.mark.skipif(not ALFWORLD.is_dir(), reason=f"ALFWorld data not at {ALFWORLD}")
-def test_mem0_end_to_end_on_alfworld(tmp_path):
+def test_mem0_end_to_end_on_alfworld(tmp_path, cassette):
+    """mem0 on real ALFWorld games with the embedded model's answers from the test's cassette
+    (tests/cassette.py)."""
     run_dir = tmp_path / "run"
-    env = dict(os.environ, ALFWORLD_DATA=str(ALFWORLD), MEMRL_CACHE_DIR=str(tmp_path / "cache"),
+    env = dict(os.environ, ALFWORLD_DATA=str(ALFWORLD), MEMRL_CACHE_DIR=str(cassette),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
     args = ["env=alfworld", "env.split=valid_seen", "memory=mem0", "llm=local", "embedder=minilm",
             "runner.epochs=2", "env.max_tasks=2", "env.max_steps=3",

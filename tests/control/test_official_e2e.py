@@ -1,6 +1,7 @@
 """Each official-code preset (`experiment=<bench>_official`) end to end through the command
-line on its real environment, with the embedded model (Gemma 3 270M via llama.cpp) and
-MiniLM: two tasks, two epochs, few steps. What is checked is the official retrieval path
+line on its real environment, with the embedded model's answers replayed from each test's
+cassette (tests/cassette.py: recorded from Gemma 3 270M via llama.cpp; the preflight still
+calls the model) and MiniLM: two tasks, two epochs, few steps. What is checked is the official retrieval path
 (intent-key pools, the fixed similarity statistics, the official batch sizes, the records of
 what each retrieval's pool held), not success: the model is far too weak for that.
 
@@ -90,7 +91,7 @@ def bank_of(run_dir: Path) -> dict[str, dict]:
 
 
 @pytest.mark.skipif(not ALFWORLD.is_dir(), reason=f"ALFWorld data not at {ALFWORLD}")
-def test_alfworld_official(tmp_path):
+def test_alfworld_official(tmp_path, cassette):
     # the official 4,096-token budget and its two-line reply (no stop sequence) would have the
     # embedded model write up to 4,096 tokens a step: a short budget keeps the test quick
     out, run_dir = run(["experiment=alfworld_official", "env.split=valid_seen", "env.max_tasks=2",
@@ -101,7 +102,7 @@ def test_alfworld_official(tmp_path):
 
 
 @pytest.mark.skipif(not HLE.is_file(), reason=f"no HLE fixture at {HLE}")
-def test_hle_official(tmp_path):
+def test_hle_official(tmp_path, cassette):
     out, run_dir = run(["experiment=hle_official", "env=hle", f"env.data_path={HLE}", "env.modality=text",
                         "env.max_tasks=2", "env.max_tokens=32", "env.judge.backend=local",
                         "env.judge.model=gemma3-270m-q4_k_m", "env.judge.max_tokens=48"], tmp_path)
@@ -113,7 +114,7 @@ def test_hle_official(tmp_path):
 
 
 @pytest.mark.skipif(not BCB.is_file(), reason=f"BigCodeBench data not at {BCB}")
-def test_bcb_official(tmp_path):
+def test_bcb_official(tmp_path, cassette):
     from memrl_envs.sandbox import bwrap_available
 
     why = bwrap_available()
@@ -147,7 +148,7 @@ def lifelong_os_rootfs() -> Path:
     return rootfs
 
 
-def test_llb_os_official(tmp_path):
+def test_llb_os_official(tmp_path, cassette):
     rootfs = lifelong_os_rootfs()
     # ../shared/data has the train file only (the official preset merges the val file beside it)
     out, run_dir = run(["experiment=llb_os_official", "env.max_tasks=2", "env.max_steps=2",
@@ -163,7 +164,7 @@ def test_llb_os_official(tmp_path):
 
 
 @pytest.mark.skipif(not (LIFELONG / "db_train.json").is_file(), reason=f"no Lifelong DB data at {LIFELONG}")
-def test_llb_db_official(tmp_path):
+def test_llb_db_official(tmp_path, cassette):
     from memrl_envs.lifelong_db.server import MariaDBServer, find_binary
 
     if find_binary("mariadbd", "mysqld") is None:

@@ -228,9 +228,18 @@ def test_a_stop_in_an_epochs_drain_resumes_with_the_next_epochs_launches_replaye
     same command then plays every launched episode once, with its logged retrieval."""
     import litellm
 
+    launches = RunDir(tmp_path).launches
+
+    def epoch_2_started() -> bool:
+        return launches.is_file() and any(ln.epoch == 2 for ln in LaunchLog(launches).read())
+
     def failing(request):
         if INTENTS[0] in request.messages[-1][1]:
-            time.sleep(0.3)
+            # the straggler fails once an episode of epoch 2 has launched in epoch 1's drain: an
+            # order, not a race against the machine's speed (the wait is bounded only as a guard)
+            deadline = time.monotonic() + 120
+            while not epoch_2_started() and time.monotonic() < deadline:
+                time.sleep(0.01)
             raise litellm.AuthenticationError("invalid key", llm_provider="openai", model="m")
         time.sleep(0.01)
         return reply(request)
