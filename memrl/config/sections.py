@@ -189,6 +189,10 @@ class RunnerSettings(BaseModel):
     # stop (uncommitted) when more than this fraction of a batch's (>= 2 episodes) or of an
     # epoch's episodes ended errored (memrl.control.guards); decides when a run stops, not its results
     max_error_rate: float = no_effect(0.5, ge=0.0, le=1.0)
+    task_order: Literal["listed", "seeded"] = Field(
+        "listed", description="listed: the env's task list in its own order, every epoch (the paper); "
+        "seeded: that list permuted once by the run's seed, the same order every epoch (so a seed "
+        "changes the order; memrl.core.seeding.seeded_order)")
     # transfer protocol: after each training epoch, evaluate the frozen bank on another split
     mode: Literal["train", "transfer"] = "train"
     eval_split: str | None = Field(None, description="transfer: the held-out split (e.g. valid_seen, "

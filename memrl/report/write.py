@@ -19,7 +19,7 @@ from memrl.report.figures import (plot_curves, plot_forgetting, plot_param, plot
 from memrl.report.grouping import REFERENCE, Group, group_runs
 from memrl.report.inputs import admit, check_runs
 from memrl.report.latex import latex_table
-from memrl.report.readings import readings_markdown
+from memrl.report.readings import readings_markdown, setting_warnings
 from memrl.report.runs import load_run
 from memrl.report.series import (PARAM_FIGURES, bank_q_by_epoch, injected_q_by_epoch, param_rows, q_calibration_rows,
                                  topk_rows)
@@ -60,6 +60,8 @@ def write_report(paths: Sequence[str | Path], out: str | Path, *, n_boot: int = 
         raise FileNotFoundError("no run with an episode under " + ", ".join(map(str, paths)))
     check_runs(runs, include_unfinished=include_unfinished, mixed=mixed, warn=warn)
     groups = group_runs(runs, warn=warn)
+    for bench, method, seed, text in setting_warnings(groups):
+        warn(f"warning: {bench} / {method} (seed {seed}): {text}")
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
 

@@ -2,12 +2,17 @@
 server, no network) for one run or several (a sweep: the methods overlaid).
 
 Sections (each an element with the id given):
-- `summary`: the runs (identity, status, tasks, epochs, Last, CSR, errored, spend, and the
-  paper's Figure-7 reading: Pearson r of a memory's Q with the success of the episodes it was
-  injected into, with its 95% bootstrap interval; memrl.metrics.utility);
+- `summary`: the runs (label, identity, status, tasks, epochs, Last and CSR with their 95%
+  Wilson intervals over the run's tasks, errored, spend, and the paper's Figure-7 reading:
+  Pearson r of a memory's Q with the success of the episodes it was injected into, with its
+  95% bootstrap interval; memrl.metrics.utility), then notes: runs left out as copies of
+  another seed's, runs shown under --include-unfinished, each run's warnings
+  (memrl.metrics.degenerate);
 - `success-grid`: task × epoch per run (success, failure, error; forgetting is a green cell
   followed by a grey one);
-- `curves`: SR, CSR and forgetting per epoch, every run overlaid;
+- `curves`: SR, CSR and forgetting per epoch, every run overlaid, each point with its 95%
+  Wilson interval over the run's tasks (forgetting: its failed tasks), the interval the
+  report and the run's plots give one replicate (memrl.report.intervals);
 - `bank-size`: entries in the bank after every commit;
 - `q-trajectories`: Q over time of each run's most-injected memories;
 - `q-distribution`: the bank's Q at the end of each epoch;
@@ -344,8 +349,9 @@ pre { white-space: pre-wrap; max-width: 60em; max-height: 14em; overflow: auto; 
 
 
 def _notes(runs: Sequence[RunView], copies: Sequence[Any]) -> str:
-    """What the summary says beside its table: copies left out, marked runs, runs without a
-    bank-update log."""
+    """What the summary says beside its table: copies left out, marked runs, each run's
+    warnings (settings under which its method behaved as another: memrl.metrics.degenerate),
+    runs without a bank-update log."""
     out = []
     if copies:
         out.append("not independent replicates, left out of every chart (their episodes repeat another "
@@ -355,6 +361,10 @@ def _notes(runs: Sequence[RunView], copies: Sequence[Any]) -> str:
     if marked:
         out.append("[unfinished]: a run that did not finish (its status or fewer epochs than planned), shown "
                    "under --include-unfinished with what it completed: " + "; ".join(marked))
+    from memrl.metrics.degenerate import run_warnings
+
+    for r in runs:
+        out += [f"warning, {r.label}: {w}" for w in run_warnings({**r.card, "config": r.config}, r.records)]
     no_log = [r.label for r in runs if not r.has_log]
     if no_log:
         out.append("no complete bank-update log (the run predates bank_updates.jsonl): no bank panels for "
