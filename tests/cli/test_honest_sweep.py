@@ -7,7 +7,6 @@ nothing."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from tiny_runs import SLOW, memrl_run
