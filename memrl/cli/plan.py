@@ -66,6 +66,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m memrl.cli pla
     if unknown:
         ap.error(f"unknown option(s) {unknown}")
     try:
+        from memrl.config.groups import check_group_choices
+
+        check_group_choices(overrides)
         runs = expand(overrides, args.multirun)
         plans = [plan_run(run, args) for run in runs]
     except ConfigError as exc:

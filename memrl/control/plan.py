@@ -82,7 +82,9 @@ def compose(overrides: Sequence[str]) -> Any:
     from hydra.core.global_hydra import GlobalHydra
 
     from memrl.config.frame import CONFIG_DIR
+    from memrl.config.groups import check_group_choices
 
+    check_group_choices(overrides)  # a missing group option: memrl's message, not Hydra's
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
