@@ -65,7 +65,7 @@ def bank_capacity(config: Mapping[str, Any], n_tasks: int | None) -> int | None:
 
 def _cap(config: Mapping[str, Any], n_tasks: int | None, cap: int) -> str:
     epochs = int((config.get("runner") or {}).get("epochs") or 0)
-    return f"{cap}: {n_tasks} tasks × {epochs} epochs"
+    return f"{cap}: {n_tasks} task{'s' if n_tasks != 1 else ''} × {epochs} epoch{'s' if epochs != 1 else ''}"
 
 
 def config_warnings(config: Mapping[str, Any], n_tasks: int | None = None) -> list[str]:
