@@ -5,7 +5,8 @@ card: `seed_effects`, `warnings`).
 What a seed changes (`seed_effects`; docs/reading-results.md, "What a seed changes"): the
 model's samples when it samples (temperature > 0, the key of every cached answer then holds
 the sample's identity); a provider's `seed` parameter at temperature 0 (a hosted model's own
-nondeterminism; the cache keeps each seed's answers apart); the order of the tasks when
+nondeterminism; the cache keeps each seed's answers apart); a benchmark judge's samples the
+same way (HLE's `env.judge`); the order of the tasks when
 `runner.task_order=seeded`; MemRL's ε-greedy draws (ε > 0); MemP's random retrieval; an
 oracle agent's random choices (ALFWorld's expert). The embedded model at temperature 0 is
 greedy: its answers ignore the seed and the cache serves every seed one answer. Where a seed
@@ -44,6 +45,15 @@ def seed_effects(v: Any) -> list[str]:
                        "nondeterminism)")
         elif llm.backend == "scripted":
             out.append("the scripted model's answers, if its script reads the request's seed")
+    judge = getattr(v.env, "judge", None)  # a benchmark's judge model (HLE)
+    if judge is not None:
+        if judge.temperature is None:
+            out.append("the judge's samples if its own temperature is above 0 (env.judge.temperature=null: "
+                       "o3-mini takes only 1)")
+        elif judge.temperature > 0:
+            out.append(f"the judge's samples (env.judge.temperature={judge.temperature:g})")
+        elif judge.backend == "litellm":
+            out.append("the judge provider's seed parameter at temperature 0")
     if getattr(v.runner, "task_order", "listed") == "seeded":
         out.append("the order of the tasks (runner.task_order=seeded)")
     eps = getattr(v.memory, "epsilon", 0.0) or 0.0

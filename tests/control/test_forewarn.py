@@ -67,3 +67,17 @@ def test_the_official_key_gate_is_named_as_inclusive():
     v = unit(np.ones(8))
     (w,) = gate_warnings(1.0, np.stack([v, v]), inclusive=True)
     assert "passes sim ≥ δ" in w
+
+
+def test_a_judges_samples_are_a_seeds_to_change():
+    from types import SimpleNamespace as NS
+
+    from memrl.config.sections import ModelSettings, RunnerSettings
+
+    judge = ModelSettings(name="j", backend="litellm", model="openai/o3-mini", temperature=None)
+    v = NS(llm=ModelSettings(name="local", backend="local", temperature=0.0), policy=NS(needs_llm=True),
+           memory=NS(epsilon=0.0), runner=RunnerSettings(), env=NS(judge=judge), env_cls=NS(name="hle"))
+    assert seed_effects(v) == ["the judge's samples if its own temperature is above 0 (env.judge.temperature=null: "
+                               "o3-mini takes only 1)"]
+    v.env.judge = judge.model_copy(update={"temperature": 0.0})
+    assert seed_effects(v) == ["the judge provider's seed parameter at temperature 0"]

@@ -261,6 +261,13 @@ def test_the_report_and_the_runs_plot_give_one_interval_for_0_of_3(tmp_path: Pat
     ep = read_csv(files["sr_by_epoch.csv"])
     assert [(float(r["sr_lo"]), float(r["sr_hi"])) for r in ep] == \
         [pytest.approx(wilson(0, 3)[1:]), pytest.approx(wilson(1, 3)[1:])]
+    assert f"{wilson(0, 3)[2]:.3f}" == "0.561"  # docs/reading-results.md
+    # the page draws the same interval for the same number
+    from memrl.view.data import RunView
+    from memrl.view.page import rate_intervals
+
+    first = rate_intervals(RunView.load(d), "sr")[0]
+    assert (first.lo, first.hi) == pytest.approx(wilson(0, 3)[1:]) and first.how == "Wilson, n=3 tasks"
 
 
 # ------------------------------------------------------------------ the per-epoch table and LaTeX
