@@ -60,8 +60,8 @@ def write_report(paths: Sequence[str | Path], out: str | Path, *, n_boot: int = 
         raise FileNotFoundError("no run with an episode under " + ", ".join(map(str, paths)))
     check_runs(runs, include_unfinished=include_unfinished, mixed=mixed, warn=warn)
     groups = group_runs(runs, warn=warn)
-    for bench, method, seed, text in setting_warnings(groups):
-        warn(f"warning: {bench} / {method} (seed {seed}): {text}")
+    for bench, method, run_seed, text in setting_warnings(groups):
+        warn(f"warning: {bench} / {method} (seed {run_seed}): {text}")
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
 
