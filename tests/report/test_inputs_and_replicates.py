@@ -132,7 +132,7 @@ def failed_run(root: Path) -> Path:
                                    c["config"]["runner"].update(epochs=3)))
 
 
-def test_a_failed_run_is_refused_or_marked_everywhere(tmp_path: Path, capsys):
+def test_a_failed_run_is_refused_or_marked_everywhere(tmp_path: Path, capsys, monkeypatch):
     """Finding 3: a failed run with one episode read `1 task | 1 epoch | 0.000` in the tables
     and comparisons.md, unflagged."""
     root = two_methods(tmp_path / "runs")
@@ -141,6 +141,11 @@ def test_a_failed_run_is_refused_or_marked_everywhere(tmp_path: Path, capsys):
     assert "--include-unfinished" in capsys.readouterr().err
     with pytest.raises(R.Refused, match=r"rag/seed=0: not finished \(status failed, 0 of 3 epochs complete\)"):
         report([root], tmp_path / "o")
+    from memrl.report import figures as F
+
+    figures: list = []
+    real_save = F._save
+    monkeypatch.setattr(F, "_save", lambda fig, path: figures.append(fig) or real_save(fig, path))
     files, msgs = report([root], tmp_path / "o", include_unfinished=True)
     assert any("not finished" in m for m in msgs)
     t1 = {r["method"]: r for r in read_csv(files["table1.csv"])}
@@ -148,6 +153,10 @@ def test_a_failed_run_is_refused_or_marked_everywhere(tmp_path: Path, capsys):
     assert "rag [unfinished]" in files["table1.md"].read_text()
     assert "[unfinished]: holds a run that did not finish" in files["table1.md"].read_text()
     assert "rag [unfinished]" in files["sr_by_epoch.md"].read_text()
+    assert "| memrl | rag [unfinished] |" in files["comparisons.md"].read_text()
+    legends = [t.get_text() for fig in figures for ax in fig.axes if ax.get_legend()
+               for t in ax.get_legend().get_texts()]
+    assert any(t.startswith("rag [unfinished]") for t in legends), legends  # the curves' legend
     assert "rag [unfinished]" in files["table1.tex"].read_text().replace(r"\_", "_")
 
 
