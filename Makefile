@@ -237,11 +237,13 @@ OUT ?= results/report
 report: setup
 	$(PY) scripts/report.py $(RUNS) --out $(OUT)
 
-# a small λ ablation: 3 values x 2 seeds, embedded model, 2 ALFWorld games, 2 epochs; then the report
+# a small λ ablation: 3 values x 2 seeds, embedded model, 2 ALFWorld games, 2 epochs; then the report.
+# The embedded model is greedy at temperature 0, so a seed changes only what runner.task_order=seeded
+# gives it (the order of the games); seeds whose runs still repeat another's are counted once
 SWEEP_DIR ?= multirun/sweep-lambda
 sweep-lambda: setup
 	@test -d "$(ALFWORLD_DATA)/json_2.1.1" || { echo "no ALFWorld data at $(ALFWORLD_DATA): run 'make data-alfworld'"; exit 1; }
-	$(PY) -m memrl.cli run -m +sweep=lambda memory.lam=0,0.5,1 seed=0,1 llm=local embedder=minilm \
+	$(PY) -m memrl.cli run -m +sweep=lambda memory.lam=0,0.5,1 seed=0,1 runner.task_order=seeded llm=local embedder=minilm \
 	    env.split=valid_seen env.max_tasks=2 env.max_steps=8 memory.delta=auto runner.epochs=2 \
 	    runner.progress=false hydra.sweep.dir=$(SWEEP_DIR)
 	$(MAKE) report RUNS=$(SWEEP_DIR) OUT=$(SWEEP_DIR)/report

@@ -115,7 +115,7 @@ def test_console_script_entry_point(capsys):
     from memrl.cli import COMMANDS, main
 
     assert set(COMMANDS) == {"run", "report", "metrics", "bank", "status", "view", "export", "cache",
-                             "keys", "db", "rootfs", "teach", "demo", "plan", "check"}
+                             "keys", "config", "db", "rootfs", "teach", "demo", "plan", "check"}
     assert main([]) == 2 and "memrl report" in capsys.readouterr().out
     assert main(["nonsense"]) == 2 and "unknown command" in capsys.readouterr().err
     assert main(["keys", "--hydra"]) == 0 and "- llm.max_concurrency" in capsys.readouterr().out

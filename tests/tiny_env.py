@@ -31,6 +31,9 @@ class TinySettings(EnvSettings):
     # episodes bring back what a hostile sandbox could: a lone surrogate, terminal escapes,
     # NUL, undecodable bytes (in the observation and in info)
     hostile: bool = False
+    # every task asks the same sentence (a small task set of duplicate intents: delta=auto then
+    # lands on the duplicates' similarity)
+    same_intent: bool = False
 
 
 class TinyEnv(Env):
@@ -46,7 +49,8 @@ class TinyEnv(Env):
 
     def _list_tasks(self) -> list[Task]:
         s = self.s
-        tasks = [Task(f"t{i}", INTENTS[i]) for i in range(s.n_tasks) if f"t{i}" not in s.broken]
+        tasks = [Task(f"t{i}", INTENTS[0 if s.same_intent else i]) for i in range(s.n_tasks)
+                 if f"t{i}" not in s.broken]
         if s.task_ids:
             tasks = [t for t in tasks if t.task_id in set(s.task_ids)]
         return tasks[:s.max_tasks] if s.max_tasks else tasks

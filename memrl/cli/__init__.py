@@ -8,6 +8,7 @@
     memrl view RUN_OR_SWEEP... [--out F] one self-contained HTML page of the runs (memrl/cli/view.py)
     memrl export inspect RUN... [--out D]   Inspect AI eval logs, for `inspect view` (memrl/cli/export.py)
     memrl cache stats|clear|path|prompt  the cache folder; a model call's prompt (memrl/cli/cache.py)
+    memrl config [HYDRA OVERRIDES...]    the full validated config: values, defaults, meanings (memrl/cli/config.py)
     memrl keys [--hydra]                 which config keys do not change results (memrl/cli/keys.py)
     memrl plan [-m] [HYDRA OVERRIDES...] calls, tokens, cost, wall time before a run (memrl/cli/plan.py)
     memrl check [HYDRA OVERRIDES...]     the run's preflight only: one call per purpose, a table (memrl/cli/check.py)
@@ -35,6 +36,7 @@ def _run(argv: list[str]) -> int:
     saved = sys.argv
     sys.argv = ["memrl run", *argv]
     try:
+        cli_run.check_groups(argv)
         cli_run.main()
     except SystemExit as exc:  # Hydra and memrl.cli.run exit with the status themselves
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
@@ -62,6 +64,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "view": _tool("memrl.cli.view"),
     "export": _tool("memrl.cli.export"),
     "cache": _tool("memrl.cli.cache"),
+    "config": _tool("memrl.cli.config"),
     "keys": _tool("memrl.cli.keys"),
     "plan": _tool("memrl.cli.plan"),
     "check": _tool("memrl.cli.check"),

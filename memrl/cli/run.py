@@ -45,5 +45,18 @@ def main(cfg: DictConfig) -> None:
     print(f"  episodes: {rd.episodes}")
 
 
+def check_groups(argv: list[str]) -> None:
+    """Before Hydra composes: a config group option that does not exist is `memrl: ...`, exit
+    2, with the group's options (memrl.config.groups)."""
+    from memrl.config.groups import check_group_choices
+
+    try:
+        check_group_choices([a for a in argv if not a.startswith("-")])
+    except ConfigError as exc:
+        print(f"memrl: {exc}", file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
+
+
 if __name__ == "__main__":
+    check_groups(sys.argv[1:])
     main()

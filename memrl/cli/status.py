@@ -9,6 +9,12 @@ summary (`writer`), the spend recorded in its episodes ("+?": some model had no 
 answer keeps the cost it had when it was paid for; runs from before episodes carried a cost
 show the run card's paid total), and how long ago the run last wrote. A "running" run that
 has not written for long may have been killed without a chance to say so.
+
+Each run is named by its benchmark, its method with the settings that tell it apart from the
+other runs listed (a λ sweep: `memrl (lam=0.5)`, as the report and the MemRL page name it:
+memrl.report.grouping) and its seed; under it, `!` lines give the settings that made its
+method behave as another (memrl.metrics.degenerate: a gate nothing passes, epochs whose
+retrievals were empty, λ with no pool to rank, ...).
 """
 
 from __future__ import annotations
@@ -37,8 +43,11 @@ def run_status(rd: RunDir, now: float | None = None) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
         return out
+    from memrl.metrics.degenerate import run_warnings
+
     config = card.get("config") or {}
     out.update(identity(config, card.get("model")))
+    out["warnings"] = run_warnings(card, records)
     out["status"] = card.get("status") or "?"
     out["epochs"] = int((config.get("runner") or {}).get("epochs") or 0)
     out["n_tasks"] = int(card.get("n_tasks") or 0)
@@ -68,6 +77,20 @@ def run_status(rd: RunDir, now: float | None = None) -> dict[str, Any]:
     return out
 
 
+def label_rows(rows: list[dict[str, Any]], configs: list[dict[str, Any]]) -> None:
+    """Set each readable row's `setting`: its method with the settings that tell it apart from
+    the other runs listed (memrl.report.grouping.series_params / short_labels)."""
+    from memrl.report.grouping import series_params, short_labels
+
+    idx = [i for i, r in enumerate(rows) if "error" not in r]
+    items = [(str((configs[i].get("runner") or {}).get("mode") or "train"), rows[i]["env"], rows[i]["method"],
+              configs[i]) for i in idx]
+    params = series_params(items)
+    labels = short_labels([(f"{m}/{e}", meth, p) for (m, e, meth, _), p in zip(items, params)])
+    for i, lab in zip(idx, labels):
+        rows[i]["setting"] = lab
+
+
 def ago(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -93,8 +116,16 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(f"{r['status']:<12} {str(r['epochs_done']) + '/' + str(r['epochs']):>7} "
                      f"{f(r['last']):>6} {f(r['csr']):>6} {r['errored']:>8} {r.get('writer_failures', 0):>7} "
                      f"{spend:>11} {ago(r['idle_s']):>9}  "
-                     f"{r['env']}/{r['method']} seed {r['seed']}  {r['path']}")
+                     f"{r['env']} / {r.get('setting') or r['method']} / seed {r['seed']}  {r['path']}")
+        lines += [f"{'':<12} ! {w}" for w in r.get("warnings") or []]
     return "\n".join(lines)
+
+
+def _config(rd: RunDir) -> dict[str, Any]:
+    try:
+        return json.loads(rd.card.read_text(encoding="utf-8")).get("config") or {}
+    except (OSError, ValueError):
+        return {}
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "memrl status") -> int:
@@ -108,6 +139,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl status") -> int:
         return 2
     runs = RunDir.find(args.dirs)
     rows = [run_status(rd) for rd in runs]
+    label_rows(rows, [_config(rd) for rd in runs])
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -31,18 +31,19 @@ class ModelService(BaseModel):
     (so its URL does not change results), an embedder's is not (its URL still does)."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str
-    model: str | None = None
+    name: str  # the config option's name (configs/<group>/<name>.yaml); names the run directory
+    model: str | None = None  # the model as its backend names it (litellm: provider/model)
     # name of the env var holding the key (never the key itself)
     api_key_env: str | None = no_effect(None)
     # a cache replays answers (or embeddings); it does not change them
     cache: bool = no_effect(True)
-    cache_path: str | None = no_effect(None)
+    cache_path: str | None = no_effect(None)  # the cache's file; null = the cache folder's (memrl.core.cachedir)
 
 
 class ModelSettings(ModelService):
     """A chat model's section: the run's `llm` and a benchmark's judge (memrl_envs/hle)."""
 
+    # litellm (APIs, servers) | local (the embedded GGUF model) | scripted (tests)
     backend: Literal["litellm", "local", "scripted"]
     # where the model is served, not what it is: the cache and the resume check key on the
     # model's identity (memrl.llm.litellm_backend), so a server may move to another port
@@ -50,8 +51,8 @@ class ModelSettings(ModelService):
     # which model this is, for a self-hosted server that does not say (or to tell apart two
     # models served under one name): part of the cache key and of the resume check
     model_fingerprint: str | None = None
-    timeout: float = no_effect(60.0, gt=0)
-    max_concurrency: int = no_effect(8, ge=1)
+    timeout: float = no_effect(60.0, gt=0)  # seconds per request before it is retried
+    max_concurrency: int = no_effect(8, ge=1)  # model calls in flight at most (memrl.llm.client)
     # the in-flight limit halves on rate limits and recovers additively (memrl.llm.ratelimit);
     # false: a fixed limit. The provider's per-minute limits pace requests (null = none).
     adaptive_concurrency: bool = no_effect(True)
@@ -59,20 +60,20 @@ class ModelSettings(ModelService):
                                 "requests); null = no limit")
     tpm: int | None = no_effect(None, ge=1, description="its tokens per minute; null = no limit (429s "
                                 "still halve the in-flight limit)")
-    max_retries: int = no_effect(6, ge=0)
+    max_retries: int = no_effect(6, ge=0)  # tries after the first on a transient error
     # null: the model's own (a model that takes only one temperature, e.g. o3-mini's 1, gets that
     # one; any other 0, greedy)
     temperature: float | None = Field(0.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_tokens: int = Field(256, ge=1)
-    n_ctx: int = Field(4096, ge=256)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)  # nucleus sampling (with temperature > 0)
+    max_tokens: int = Field(256, ge=1)  # answer tokens of a call that names none (the memory writer's are its own)
+    n_ctx: int = Field(4096, ge=256)  # local: the context window the embedded model is loaded with
     # CPU threads of the embedded model (not part of the response cache key either)
     n_threads: int | None = no_effect(None, ge=1)
     model_path: str | None = Field(None, description="local: any .gguf instead of a packaged model "
                                    "(its id is then its file name + hash)")
     script: str | None = None  # scripted backend: "package.module:function" (tests)
-    backoff_base: float = no_effect(1.0, ge=0.0)
-    backoff_max: float = no_effect(60.0, ge=0.0)
+    backoff_base: float = no_effect(1.0, ge=0.0)  # seconds of the first retry's wait (doubled each retry)
+    backoff_max: float = no_effect(60.0, ge=0.0)  # the longest wait between retries
     # accepts images: true/false; null = litellm's model list (litellm), false (local)
     vision: bool | None = None
     # litellm: passed to litellm.completion as it is (e.g. {repeat_penalty: 1.0}); part of the
@@ -83,7 +84,7 @@ class ModelSettings(ModelService):
     # local: keep the KV cache of the shared prompt prefix in whole aligned blocks; the answers
     # are the same as without (memrl.llm.local); false = evaluate every prompt from scratch
     reuse_prefix: bool = no_effect(True)
-    prefix_block: int = no_effect(64, ge=1)
+    prefix_block: int = no_effect(64, ge=1)  # local: tokens per reused block of the prompt prefix
     # --- what the model is (memrl.llm.profile) ---------------------------------------------
     # a reasoning model spends hidden tokens from each call's completion budget; null = what
     # litellm's model list says (false for the embedded models)
@@ -98,8 +99,8 @@ class ModelSettings(ModelService):
     # prices by hand, USD per million tokens, for a model litellm cannot price (null = litellm's
     # list); a model priced by neither is recorded as unpriced, never as $0
     price_per_mtok_in: float | None = no_effect(None, ge=0.0)
-    price_per_mtok_cached_in: float | None = no_effect(None, ge=0.0)
-    price_per_mtok_out: float | None = no_effect(None, ge=0.0)
+    price_per_mtok_cached_in: float | None = no_effect(None, ge=0.0)  # USD per million provider-cached prompt tokens
+    price_per_mtok_out: float | None = no_effect(None, ge=0.0)  # USD per million completion tokens
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSettings":
@@ -138,6 +139,7 @@ class LLMSettings(ModelSettings):
 
 
 class EmbedderSettings(ModelService):
+    # minilm (packaged, offline) | litellm (API embeddings) | hashing (tests)
     backend: Literal["minilm", "litellm", "hashing"]
     # where an API embedder is served: part of its embedding cache key and of the resume
     # check (no server identity is asked for embeddings)
@@ -165,7 +167,7 @@ class AgentSettings(BaseModel):
     """Which of the env's agents plays (`react` or one of its oracles)."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str
+    name: str  # react (the model acts) or one of the env's oracles (POLICIES)
 
 
 class MetricsSettings(BaseModel):
@@ -185,15 +187,19 @@ class RunnerSettings(BaseModel):
                             "episodes concurrently")
     # the progress bar: true, false, or auto = only when stderr is a terminal (memrl/control/live.py)
     progress: bool | Literal["auto"] = no_effect("auto")
-    metrics_every_epoch: bool = no_effect(True)
+    metrics_every_epoch: bool = no_effect(True)  # write metrics.json after every epoch (else at the end)
     # stop (uncommitted) when more than this fraction of a batch's (>= 2 episodes) or of an
     # epoch's episodes ended errored (memrl.control.guards); decides when a run stops, not its results
     max_error_rate: float = no_effect(0.5, ge=0.0, le=1.0)
+    task_order: Literal["listed", "seeded"] = Field(
+        "listed", description="listed: the env's task list in its own order, every epoch (the paper); "
+        "seeded: that list permuted once by the run's seed, the same order every epoch (so a seed "
+        "changes the order; memrl.core.seeding.seeded_order)")
     # transfer protocol: after each training epoch, evaluate the frozen bank on another split
     mode: Literal["train", "transfer"] = "train"
     eval_split: str | None = Field(None, description="transfer: the held-out split (e.g. valid_seen, "
                                    "ALFWorld's in-distribution transfer split)")
-    eval_max_tasks: int | None = Field(None, ge=1)
+    eval_max_tasks: int | None = Field(None, ge=1)  # transfer: the first N held-out tasks; null = all
     # batch: batches of batch_size retrieve at batch start, learn in task order (deterministic);
     # async: a free pool of max_in_flight episodes, each retrieving when it starts and
     # committed when it finishes (timing-dependent; its retrievals are logged in
@@ -234,20 +240,20 @@ class WandbSettings(BaseModel):
     the variable named by api_key_env, else it stays offline and says so."""
 
     model_config = ConfigDict(extra="forbid")
-    mode: Literal["offline", "online", "disabled"] = "offline"
-    project: str = "memrl"
-    entity: str | None = None
+    mode: Literal["offline", "online", "disabled"] = "offline"  # online also needs the key (api_key_env)
+    project: str = "memrl"  # the wandb project
+    entity: str | None = None  # the wandb team or user; null = the key's default
     group: str | None = Field(None, description='e.g. a sweep name; null = "<env>/<memory>"')
-    tags: list[str] = Field(default_factory=list)
-    api_key_env: str = "WANDB_API_KEY"
+    tags: list[str] = Field(default_factory=list)  # tags of the wandb run
+    api_key_env: str = "WANDB_API_KEY"  # the environment variable holding the wandb key
 
 
 class LoggerSettings(BaseModel):
     """An experiment tracker sees the metrics; it never changes them."""
 
     model_config = ConfigDict(extra="forbid")
-    name: Literal["none", "wandb"] = no_effect("none")
-    wandb: WandbSettings = no_effect(WandbSettings())
+    name: Literal["none", "wandb"] = no_effect("none")  # none | wandb (memrl.control.tracking)
+    wandb: WandbSettings = no_effect(WandbSettings())  # logger=wandb's settings
 
 
 # Sections whose schema is fixed (env and memory name their class, and so their schema, in

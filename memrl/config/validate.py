@@ -74,11 +74,20 @@ class Validated:
     paths: PathsSettings | None = None
 
 
-def _errors(section: str, exc: ValidationError) -> list[str]:
+def _errors(section: str, exc: ValidationError, schema: type[BaseModel] | None = None) -> list[str]:
+    """One line per problem, each naming its full key; a key the schema does not have gets the
+    closest one it has (`did you mean memory.lam?`, memrl.config.describe.suggest)."""
+    from memrl.config.describe import schema_keys, suggest
+
     out = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden" and schema is not None:
+            near = suggest(f"{section}.{loc}", [f"{section}.{k}" for k in schema_keys(schema)])
+            out.append(f"{section}.{loc}: not a key of {section}" + (f"; did you mean {near}?" if near else "")
+                       + " (`memrl config` lists every key with its default and meaning)")
+            continue
         got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
         if not loc:  # a whole-model check names its field as "field: message"
             head, sep, rest = msg.partition(": ")
@@ -130,12 +139,12 @@ def validate(cfg: DictConfig) -> Validated:
             try:
                 parsed[section] = cls.Settings.model_validate(data)
             except ValidationError as exc:
-                problems += _errors(section, exc)
+                problems += _errors(section, exc, cls.Settings)
     for section, model in SECTION_SCHEMAS.items():
         try:
             parsed[section] = model.model_validate(_section(cfg, section))
         except ValidationError as exc:
-            problems += _errors(section, exc)
+            problems += _errors(section, exc, model)
     seed = cfg.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         problems.append(f"seed: must be a non-negative integer (got {seed!r})")

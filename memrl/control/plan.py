@@ -30,12 +30,21 @@ caching; else the pilot's cost per token; a model priced by neither is "unpriced
 Wall time: per batch, the expected longest of `batch_size` episodes
 drawn from the pilot's calls per episode (stragglers), at most `max_concurrency` at once,
 times the pilot's seconds per uncached call (`--call-seconds` when the pilot was all cache
-hits), and never less than what `llm.rpm` / `llm.tpm` allow. It assumes episodes keep their
-pilot length (a method that learns to solve tasks shortens them: the plan is then high).
+hits), and never less than what `llm.rpm` / `llm.tpm` allow; the line says the latency it
+assumed and where it comes from (a local server's 0.08 s is no hosted API's). It assumes
+episodes keep their pilot length (a method that learns to solve tasks shortens them: the plan
+is then high).
+
+Before a pilot spends (`memrl plan` without `--from`), its cost is quoted
+(memrl.control.pilot_quote) and a question asked at a terminal; `--yes` (or MEMRL_PLAN_YES=1)
+answers it, a non-interactive caller without either is refused (exit 1, nothing spent); a
+model that runs here (the embedded one) is not asked about. While it works, the plan says what
+it does on stderr: listing the tasks (the env's progress lines; the first listing of ALFWorld
+reads every game), each pilot (its epoch lines and warnings), and after each pilot what it cost.
 
 `--confirm` (what `make reproduce-*` uses): after the plan, ask "proceed? [y/N]" when stdin
-is a terminal; a non-interactive caller, or MEMRL_PLAN_YES=1, proceeds. Exit status: 0 go
-ahead, 1 declined, 2 a configuration problem (`memrl: ...`).
+is a terminal; a non-interactive caller, `--yes` or MEMRL_PLAN_YES=1 proceeds. Exit status: 0
+go ahead, 1 declined (a pilot or the run), 2 a configuration problem (`memrl: ...`).
 """
 
 from __future__ import annotations
@@ -82,7 +91,9 @@ def compose(overrides: Sequence[str]) -> Any:
     from hydra.core.global_hydra import GlobalHydra
 
     from memrl.config.frame import CONFIG_DIR
+    from memrl.config.groups import check_group_choices
 
+    check_group_choices(overrides)  # a missing group option: memrl's message, not Hydra's
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
@@ -190,10 +201,13 @@ class RunPlan:
     cached_share: float = 0.0        # of prompt tokens, served from the provider's prompt cache
     cost_usd_no_cache: float = 0.0   # the same without prompt caching
     unpriced: bool = False           # no price known: the costs are not estimates
+    seconds_per_call: float | None = None  # the latency the wall time assumes
+    latency_from: str = ""           # where that latency comes from
 
     def line(self) -> str:
         wall = "unknown (no uncached pilot call: pass --call-seconds)" if self.wall_s is None \
-            else _duration(self.wall_s)
+            else (f"{_duration(self.wall_s)}, assuming {self.seconds_per_call:.2f} s per model call "
+                  f"({self.latency_from}; another server, model or load differs: --call-seconds S sets it)")
         reasoning = f" (of which {self.reasoning_tokens:,} reasoning)" if self.reasoning_tokens else ""
         if self.unpriced:
             cost = "cost unpriced (no price for the model: set llm.price_per_mtok_in / _out)"
@@ -304,13 +318,14 @@ def estimate(name: str, v: Any, n_tasks: int, ev: Evidence, *, chars_per_token: 
             wall = max(wall, requests / v.llm.rpm * 60)
         if v.llm.tpm:
             wall = max(wall, (prompt + completion) / v.llm.tpm * 60)
-    if call_seconds is None and ev.seconds_per_call is not None:
-        notes.append(f"{ev.seconds_per_call:.2f} s per model call (pilot)")
+    latency_from = "--call-seconds" if call_seconds is not None else \
+        f"the median uncached call of {ev.source}"
     return RunPlan(run=name, tasks=N, epochs=E, requests=round(requests), prompt_tokens=round(prompt),
                    completion_tokens=round(completion), cost_usd=cost, wall_s=wall, concurrency=conc,
                    source=ev.source, notes=notes,
                    reasoning_tokens=round(requests * ev.reasoning_per_call), cached_share=share,
-                   cost_usd_no_cache=no_cache, unpriced=unpriced)
+                   cost_usd_no_cache=no_cache, unpriced=unpriced, seconds_per_call=spc,
+                   latency_from=latency_from if spc is not None else "")
 
 
 # ------------------------------------------------------------------------------ pilots
@@ -322,22 +337,41 @@ def count_tasks(v: Any) -> int:
         env.close()
 
 
+# a pilot's lines shown while it runs (quiet): its epoch lines and its warnings
+PILOT_SHOWN = re.compile(r"\]\[(?:WARNING|ERROR)\] - (.*)$|\] - (epoch \d+/\d+: .*)$")
+
+
 def pilot(overrides: Sequence[str], pilot_dir: Path, n_tasks: int, epochs: int, *,
-          quiet: bool = True) -> None:
+          quiet: bool = True, echo: Any = None) -> None:
     """Play the run's first `n_tasks` tasks for `epochs` epochs into `pilot_dir` (a real run,
-    with the run's own response cache)."""
+    with the run's own response cache). `quiet`: its output is kept back, but for its epoch
+    lines and warnings, which go to `echo` as they come (the rest is shown if it fails)."""
     args = [*overrides, f"env.max_tasks={n_tasks}", f"runner.epochs={epochs}", "runner.progress=false",
             f"hydra.run.dir={pilot_dir}"]
-    proc = subprocess.run([sys.executable, "-m", "memrl.cli", "run", *args], capture_output=quiet, text=True)
-    if proc.returncode != 0:
-        tail = (proc.stderr or "")[-2000:] if quiet else ""
-        raise ConfigError(f"the pilot run failed (exit {proc.returncode}): python -m memrl.cli run "
+    command = [sys.executable, "-m", "memrl.cli", "run", *args]
+    if not quiet:
+        rc, tail = subprocess.run(command).returncode, ""
+    else:
+        kept: list[str] = []
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                kept = (kept + [line])[-60:]
+                match = PILOT_SHOWN.search(line.rstrip())
+                if echo is not None and match:
+                    echo(f"  pilot: {match.group(1) or match.group(2)}")
+            rc = proc.wait()
+        tail = "".join(kept)[-2000:]
+    if rc != 0:
+        raise ConfigError(f"the pilot run failed (exit {rc}): python -m memrl.cli run "
                           f"{' '.join(args)}\n{tail}")
 
 
 def _is_hydra(override: str) -> bool:
-    """An override of Hydra's own settings (hydra.sweep.dir, ...): not the run's config."""
-    return override.lstrip("+~").startswith("hydra.")
+    """An override of Hydra's own settings (hydra.sweep.dir, ...): not the run's config. The
+    search path is kept: it decides which config groups compose (a test's fixtures add some)."""
+    key = override.lstrip("+~")
+    return key.startswith("hydra.") and not key.startswith("hydra.searchpath=")
 
 
 def _without(overrides: Sequence[str], keys: Sequence[str]) -> list[str]:

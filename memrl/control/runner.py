@@ -31,7 +31,7 @@ from memrl.core.progress import progress_enabled
 from memrl.core.records import CRASH_DETAIL, EpisodeRecord, EpisodeResult, RetrievedMemory, Task, iter_jsonl
 from memrl.core.rundir import RunDir
 from memrl.core.safe_text import safe, safe_str
-from memrl.core.seeding import derive_seed
+from memrl.core.seeding import derive_seed, seeded_order
 from memrl.core.stops import STORAGE
 from memrl.core.storage import StorageError
 from memrl.journal.commit import Checkpoint, RunJournal
@@ -216,6 +216,8 @@ class Runner:
         after each epoch the frozen bank is evaluated on them: retrieval, no learning, records
         in `eval_episodes.jsonl`."""
         tasks = list(tasks)
+        if getattr(self.s, "task_order", "listed") == "seeded":  # one order per seed, every epoch
+            tasks = seeded_order(tasks, self.seed)
         ids = [t.task_id for t in tasks]
         if len(set(ids)) != len(ids):
             raise ValueError("task ids must be unique within a run")

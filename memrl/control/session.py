@@ -72,6 +72,7 @@ def execute(cfg: DictConfig, run_dir: Path | RunDir) -> dict[str, Any]:
 
     v = validate(cfg)  # every section, before the run directory or its lock is touched
     config = full_config(cfg, v)  # what the card records and a resume compares
+    warn_seed(v)
     rd = RunDir(run_dir).mkdir()
     with RunLock(rd.lock, run_dir=rd.root):  # before anything reads the run's state
         card = RunCard.resume(rd, config)  # before any object is built or model called
@@ -87,6 +88,7 @@ def execute(cfg: DictConfig, run_dir: Path | RunDir) -> dict[str, Any]:
 def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: "RunCard | None",
              tripwire: Tripwire, signals: StopSignals) -> dict[str, Any]:
     from memrl.control.budget import Budget, BudgetMeter
+    from memrl.control.forewarn import seed_effects
     from memrl.control.preflight import check_keys, preflight, run_clients
     from memrl.control.runner import Runner
     from memrl.control.tracking import make_epoch_logger
@@ -95,6 +97,7 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
     from memrl.llm import faults
     from memrl.llm.bill import sessions_spend
     from memrl.metrics.compute import compute_metrics, load_run, write_metrics
+    from memrl.metrics.degenerate import record_warnings
     from memrl.report.plots import write_run_plots
 
     with env_errors():
@@ -116,6 +119,10 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
                               memory_setup=setup_facts)
     else:
         card.check_data(tasks)
+    card.data["seed_effects"] = seed_effects(v)
+    card.data["warnings"] = start_warnings(v, config, setup_facts, tasks, objs.embedder)
+    for w in card.data["warnings"]:
+        log.warning("%s", w)
     card.record_skipped([*objs.env.data_skipped(),
                          *(objs.eval_env.data_skipped() if objs.eval_env is not None else [])])
     session = card.start_session(sys.argv[1:])
@@ -140,9 +147,15 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
         session["preflight"] = checked.rows()
         card.check_models(checked.identities)
 
+    said: set[str] = set()
+
     def epoch_end(epoch: int) -> None:
         with writing(rd.metrics, "the metrics"):
             metrics = write_metrics(rd, zero_fail=zero_fail) if v.runner.metrics_every_epoch else None
+        for w in record_warnings(config, load_run(rd)):  # memrl.metrics.degenerate
+            if w not in said:
+                said.add(w)
+                log.warning("%s", w)
         if logger.active:
             logger.log_epoch(metrics or compute_metrics(load_run(rd), zero_fail=zero_fail), epoch)
 
@@ -181,6 +194,37 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
     return metrics
 
 
+def warn_seed(v: Any) -> None:
+    """Before anything runs: a seed the command chose that changes nothing in this config
+    (memrl.control.forewarn) is a warning."""
+    from memrl.control.forewarn import seed_effects, seed_warning
+
+    chosen = v.seed != 0
+    if HydraConfig.initialized():
+        chosen = any(o.lstrip("+~").startswith("seed=") for o in HydraConfig.get().overrides.task)
+    msg = seed_warning(v.seed, seed_effects(v)) if chosen else None
+    if msg:
+        log.warning("%s", msg)
+
+
+def start_warnings(v: Any, config: dict[str, Any], setup: dict[str, Any], tasks: list[Any],
+                   embedder: Any) -> list[str]:
+    """Settings that make the method behave as another (memrl.metrics.degenerate), and a
+    similarity gate that admits nothing on these tasks (memrl.control.forewarn)."""
+    from memrl.control.forewarn import gate_warnings
+    from memrl.metrics.degenerate import GATE_PREFIX, config_warnings
+
+    out = config_warnings(config, len(tasks))
+    delta = setup.get("delta")
+    if isinstance(delta, (int, float)) and getattr(v.memory, "sim_gate", True) and \
+            not any(w.startswith(GATE_PREFIX) for w in out):
+        how = (f" (auto: the {v.memory.delta_quantile:g} quantile of pairwise intent similarity)"
+               if getattr(v.memory, "delta", None) == "auto" else "")
+        out += gate_warnings(float(delta), embedder.embed([t.intent for t in tasks]),
+                             inclusive=bool(getattr(v.memory, "pool_by_intent", False)), how=how)
+    return out
+
+
 def warn_unpriced(clients: dict[str, Any], budget: Any) -> None:
     """Say at the start which models have no price (their spend is recorded as unpriced) and
     which have no settings guard (memrl.llm.profile `guard_off`; the card records why)."""
@@ -210,6 +254,13 @@ def _close_session(card: RunCard, session: dict[str, Any], status: str, error: s
     that stopped the run is full), a run stopping for another reason reports that reason,
     not the card's failure; a finished run reports the card."""
     session["models"] = model_totals(clients, objs.embedder)
+    try:  # what the episodes showed of the method (memrl.metrics.degenerate); never raises here
+        from memrl.metrics.compute import load_run
+        from memrl.metrics.degenerate import record_warnings
+
+        card.data["episode_warnings"] = record_warnings(card.data.get("config") or {}, load_run(card.run_dir))
+    except (OSError, ValueError) as exc:
+        log.error("could not read the episodes for the run card's warnings: %s", exc)
     error = None if error is None else safe_str(error)  # the card is written whatever the message holds
     try:
         card.end_session(session, status, llm=objs.llm.totals() if objs.llm else {},

@@ -178,7 +178,8 @@ class WandbLogger(EpochLogger):
 
         rd = self.run_dir
         try:
-            write_report([rd.root], rd.report, n_boot=2000, warn=log.warning)
+            # a run that stopped is reported too, marked [unfinished] (memrl.report.inputs)
+            write_report([rd.root], rd.report, n_boot=2000, include_unfinished=True, warn=log.warning)
         except Exception as exc:  # tracking must never fail the run
             log.warning("wandb: no report artifact (%s: %s)", type(exc).__name__, exc)
             return

@@ -52,10 +52,11 @@ class EnvSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     EVAL_SPLIT_FIELD: ClassVar[str] = "split"  # what `runner.eval_split` replaces
 
-    name: str
+    name: str  # the benchmark's name (names the run directory)
+    # the benchmark's δ / k1 / k2 (paper v2, Table 8), read by the memory configs
     retrieval: RetrievalDefaults | None = None
     max_tasks: int | None = Field(None, ge=1, description="the first N tasks; null = all")
-    task_ids: list[str] | None = None
+    task_ids: list[str] | None = None  # only these tasks (ids of the split); null = all
     max_steps: int = Field(1, ge=1, description="turns per episode")
 
     @model_validator(mode="after")

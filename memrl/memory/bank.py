@@ -34,9 +34,9 @@ class BankSettings(BaseModel):
     # cannot move to another one (`_claim_server_collection`)
     collection: str = no_effect("memories")
     host: str | None = no_effect(None)  # a Chroma server; None = embedded PersistentClient in the run dir
-    port: int = no_effect(8000)
-    ef_search: int = Field(256, ge=1)
-    ef_construction: int = Field(256, ge=1)
+    port: int = no_effect(8000)  # the Chroma server's port (with host)
+    ef_search: int = Field(256, ge=1)  # HNSW: candidates searched per query (recall of the nearest entries)
+    ef_construction: int = Field(256, ge=1)  # HNSW: candidates considered when an entry is added
     max_neighbors: int = Field(32, ge=2, description="HNSW M: links per node")
     # Transfer (e.g. cross-model, paper App. C.1): seed this run's empty bank with a copy of
     # another bank (a run directory, a bank directory or a .jsonl export); the source is

@@ -32,9 +32,9 @@ log = logging.getLogger(__name__)
 
 class WriterSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    max_trajectory_chars: int = Field(3000, ge=0)
-    max_tokens: int = Field(160, ge=1)
-    include_trajectory: bool = True
+    max_trajectory_chars: int = Field(3000, ge=0)  # the trajectory kept in a memory, in characters
+    max_tokens: int = Field(160, ge=1)  # answer tokens of the writer's plan / reflection call
+    include_trajectory: bool = True  # the memory holds the trajectory after the written summary
     # memrl: memrl's own layout | official: the official code's (memrl.memory.writer's docstring)
     layout: Literal["memrl", "official"] = "memrl"
     reflection_temperature: float | None = Field(None, ge=0.0, le=2.0, description="null: the model's "
@@ -49,7 +49,7 @@ class MemRLSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = "memrl"
+    name: str = "memrl"  # the method's name (names the run directory and the report's rows)
     alpha: float = Field(0.3, ge=0.0, le=1.0, description="utility learning rate α")
     lam: float = Field(0.5, ge=0.0, le=1.0, description="λ: weight of Q in the Phase-B score")
     delta: float | Literal["auto"] = Field(description="similarity gate δ, or 'auto' (the "
@@ -57,15 +57,15 @@ class MemRLSettings(BaseModel):
     delta_quantile: float = Field(0.8, gt=0.0, lt=1.0, description="quantile used by delta=auto")
     k1: int = Field(ge=1, description="Phase-A candidate pool size")
     k2: int = Field(ge=1, description="memories injected")
-    q_init: float = 0.0
+    q_init: float = 0.0  # Q of a new memory
     # Q_init of a memory written from a failed episode (null: q_init). With imported memories
     # (bank.init_from) set it to the failure reward (-1): a student's own failed attempt then
     # never outranks an imported memory whose Q its failures pushed below 0 ("learning in the
     # wrong direction": the student ends up copying its own failure).
     q_init_failed: float | None = None
-    reward_success: float = 1.0
-    reward_failure: float = -1.0
-    write_memories: bool = True
+    reward_success: float = 1.0  # r of the utility update after a success
+    reward_failure: float = -1.0  # r after a failure
+    write_memories: bool = True  # false: no new memory is written (retrieval from an imported bank only)
     # llm: a model-written plan (success) or reflection (failure) plus the trajectory (paper);
     # raw: the trajectory as it is, no model call (RAG-style memories; the `memrl_rag` variant)
     write_mode: Literal["llm", "raw"] = "llm"
@@ -89,9 +89,9 @@ class MemRLSettings(BaseModel):
     phase_a_ties: TieRule = "include"
     # --- ablations ---------------------------------------------------------------------------
     normalize: bool = True  # False (with sim_gate False) = "w/o Norm & SimGate"
-    sim_gate: bool = True
-    writer: WriterSettings = WriterSettings()
-    bank: BankSettings = BankSettings()
+    sim_gate: bool = True  # False: Phase A takes the top-k1 whatever their similarity (no δ)
+    writer: WriterSettings = WriterSettings()  # how a memory's text is written (memrl.memory.writer)
+    bank: BankSettings = BankSettings()  # where the bank lives and what it starts from
 
     @model_validator(mode="after")
     def _check(self) -> "MemRLSettings":

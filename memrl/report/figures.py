@@ -5,15 +5,18 @@ What every figure keeps to:
 - each method has its own colour, marker and line style (`method_style`, by the method's
   place in the figure), so lines that lie on top of each other stay apart in print;
 - the title names the runs: benchmark, model(s), seeds (and the method where there is one);
-- a shaded band or error bar is a 95% interval and says which: Student-t over seeds, or with
-  one seed a bootstrap over tasks (curves) or a Wilson interval (calibration bins); a point
-  with one seed and nothing to resample has none;
+- a shaded band or error bar is a 95% interval and says which (memrl.report.intervals):
+  Student-t over a group's distinct replicates, or with one replicate a Wilson interval over
+  its tasks (SR, CSR, Last), over the epoch's failed tasks (forgetting) or over a bin's
+  episodes (calibration);
+- a label is the group's short unique label (memrl.report.grouping), marks included;
 - epochs sit on integer ticks;
 - Q-calibration points carry their episode count.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -41,8 +44,10 @@ def runs_of(groups: Sequence[Group]) -> str:
     runs = [r for g in groups for r in g.runs]
     models = sorted({r.identity["model"] for r in runs})
     seeds = sorted({r.seed for r in runs})
+    copies = sorted({f"{c.run.seed} = {c.of.seed}" for g in groups for c in g.copies})
+    extra = f" (copies, not counted: seed {', '.join(copies)})" if copies else ""
     return (f"model {', '.join(models)}; seed{'s' if len(seeds) > 1 else ''} "
-            f"{', '.join(map(str, seeds))}")
+            f"{', '.join(map(str, seeds))}{extra}")
 
 
 def _plt():
@@ -54,8 +59,18 @@ def _plt():
     return plt
 
 
-def safe_name(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.=-]+", "_", s).strip("_") or "x"
+NAME_CHARS = 80  # a file name's stem at most (file systems allow 255 bytes)
+
+
+def safe_name(s: str, limit: int = NAME_CHARS) -> str:
+    """A file name stem from any text: letters, digits, '.', '=', '-' and '_' only, at most
+    `limit` characters (a longer one is cut and ends in a hash of the whole, so two long
+    names stay apart)."""
+    stem = re.sub(r"[^A-Za-z0-9.=-]+", "_", s).strip("_.") or "x"
+    if len(stem) <= limit:
+        return stem
+    digest = hashlib.sha256(s.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return stem[:limit - 11].rstrip("_.") + "_" + digest
 
 
 def _rate_axis(ax: Any, integer_x: bool = True) -> None:
@@ -88,8 +103,8 @@ def plot_curves(groups: Sequence[Group], env: str, path: Path) -> Path:
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     for i, g in enumerate(groups):
-        for ax, fn in zip(axes, (sr_curve, csr_curve)):
-            band = curve_band(g, fn)
+        for ax, fn, which in zip(axes, (sr_curve, csr_curve), ("sr", "csr")):
+            band = curve_band(g, fn, which)
             _band(ax, np.arange(1, len(band.mean) + 1), band, method_style(i), g.label)
     n = ", ".join(sorted({g.n_tasks() for g in groups}))
     for ax, name in zip(axes, ("SR", "CSR")):
@@ -106,7 +121,7 @@ def plot_forgetting(groups: Sequence[Group], env: str, path: Path, zero_fail: Ze
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4.2))
     for i, g in enumerate(groups):
-        band = curve_band(g, lambda S: forgetting_curve(S, zero_fail))
+        band = curve_band(g, lambda S: forgetting_curve(S, zero_fail), "forgetting")
         if len(band.mean) == 0:
             continue
         _band(ax, np.arange(2, len(band.mean) + 2), band, method_style(i), g.label)
@@ -137,7 +152,7 @@ def plot_param(rows: Sequence[dict[str, Any]], key: str, path: Path) -> Path:
         x = np.array([float(r[col]) for r in rs])
         label = f"{env} / {memory}" + (f" ({other})" if other else "")
         seeds = sorted({int(r["n_seeds"]) for r in rs})
-        label += f" ({'/'.join(map(str, seeds))} seed{'s' if seeds != [1] else ''})"
+        label += f" ({'/'.join(map(str, seeds))} replicate{'s' if seeds != [1] else ''})"
         for ax, name in zip(axes, ("last", "csr")):
             m = np.array([r[f"{name}_mean"] for r in rs])
             lo = np.array([r[f"{name}_lo"] for r in rs])
@@ -146,8 +161,8 @@ def plot_param(rows: Sequence[dict[str, Any]], key: str, path: Path) -> Path:
     for ax, name in zip(axes, ("final SR (Last)", "CSR")):
         ax.set_xlabel(col)
         ax.set_ylabel(name)
-        ax.set_title(f"{name} vs {col}: mean over seeds; error bars 95% t-interval over seeds "
-                     "(none at 1 seed)", fontsize=8)
+        ax.set_title(f"{name} vs {col}: mean over replicates; error bars 95%: t over replicates, "
+                     "Wilson over tasks at 1 replicate", fontsize=8)
         _rate_axis(ax, integer_x=False)
     axes[1].legend(fontsize=7)
     return _save(fig, path)
@@ -177,7 +192,7 @@ def plot_topk(rows: Sequence[dict[str, Any]], path: Path) -> Path:
             ax.set_xlabel("k2 (injected)")
             ax.set_ylabel("k1 (candidates)")
             title = f"{env} / {memory}" + (f" ({other})" if other else "")
-            ax.set_title(f"{title}: {'Last' if name == 'last' else 'CSR'} (mean over seeds)", fontsize=8)
+            ax.set_title(f"{title}: {'Last' if name == 'last' else 'CSR'} (mean over replicates)", fontsize=8)
             fig.colorbar(im, ax=ax)
     return _save(fig, path)
 

@@ -2,7 +2,9 @@
 
 - `sr.png`, `csr.png`, `forgetting.png`: the curve per epoch with a shaded 95% Wilson
   interval (an epoch's SR is k of the run's N tasks; CSR likewise; the forgetting rate is
-  the forgotten tasks out of the epoch's failed ones), epochs on integer ticks;
+  the forgotten tasks out of the epoch's failed ones: memrl.report.series.curve_counts), the
+  interval the report and the MemRL page give one replicate (memrl.report.intervals),
+  epochs on integer ticks;
 - `q_calibration.png` (runs that injected memories): success rate by the mean Q of the
   injected memories, each bin with its episode count n and a 95% Wilson interval.
 
@@ -23,8 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from memrl.core.records import EpisodeRecord
-from memrl.metrics.compute import (ZeroFail, calibration, csr_curve, forgetting_curve, mean_injected_q, q_bins,
-                                   sr_curve, wilson)
+from memrl.metrics.compute import ZeroFail, calibration, csr_curve, forgetting_curve, mean_injected_q, q_bins, sr_curve
 
 
 @contextlib.contextmanager
@@ -44,10 +45,12 @@ def _figure(path: Path, xlabel: str, ylabel: str, title: str) -> Iterator[Any]:
         plt.close(fig)
 
 
-def _plot(xs: Sequence[int], ys: Sequence[float], ks: Sequence[int], ns: Sequence[int],
+def _plot(xs: Sequence[int], ys: Sequence[float], counts: Sequence[tuple[int, int]],
           ylabel: str, title: str, path: Path) -> Path:
+    from memrl.report.intervals import proportion
+
     with _figure(path, "epoch", ylabel, title) as ax:
-        bounds = np.array([wilson(k, n)[1:] for k, n in zip(ks, ns)], dtype=float).reshape(-1, 2)
+        bounds = np.array([proportion(k, n)[1:3] for k, n in counts], dtype=float).reshape(-1, 2)
         ax.plot(list(xs), list(ys), marker="o", color="C0")
         if len(xs):
             ax.fill_between(list(xs), bounds[:, 0], bounds[:, 1], color="C0", alpha=0.15,
@@ -82,22 +85,19 @@ def plot_run(S: np.ndarray, records: Sequence[EpisodeRecord], who: str,
     """The per-run plots of a run's (epochs, tasks) success matrix `S` and its records; `who`
     names the run in every title (memrl.journal.runcard.identity_label). An epoch with no failure is
     a gap in the forgetting curve under the `skip` reading (`zero_fail`)."""
+    from memrl.report.series import curve_counts
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    B = np.asarray(S).astype(bool)
-    n = int(B.shape[1])
-    epochs = list(range(1, B.shape[0] + 1))
-    solved = B.sum(axis=1).tolist()
-    ever = np.logical_or.accumulate(B, axis=0).sum(axis=1).tolist()
-    fails = [int((~B[t]).sum()) for t in range(1, B.shape[0])]
-    forgot = [int((B[t - 1] & ~B[t]).sum()) for t in range(1, B.shape[0])]
+    n = int(np.asarray(S).shape[1])
+    epochs = list(range(1, np.asarray(S).shape[0] + 1))
     paths = [
-        _plot(epochs, sr_curve(S), solved, [n] * len(epochs), "success rate",
+        _plot(epochs, sr_curve(S), curve_counts(S, "sr"), "success rate",
               f"{who}\nSR per epoch ({n} tasks)", out / "sr.png"),
-        _plot(epochs, csr_curve(S), ever, [n] * len(epochs), "cumulative success rate",
+        _plot(epochs, csr_curve(S), curve_counts(S, "csr"), "cumulative success rate",
               f"{who}\nCSR per epoch ({n} tasks)", out / "csr.png"),
-        _plot(epochs[1:], [math.nan if x is None else x for x in forgetting_curve(S, zero_fail)], forgot, fails,
-              "forgetting rate",
+        _plot(epochs[1:], [math.nan if x is None else x for x in forgetting_curve(S, zero_fail)],
+              curve_counts(S, "forgetting"), "forgetting rate",
               f"{who}\nforgetting per epoch (forgotten / failed tasks)", out / "forgetting.png"),
     ]
     cal = plot_calibration(records, who, out / "q_calibration.png")

@@ -7,6 +7,10 @@
   `memrl.metrics.compute.retrieval_by_epoch`): the mean Phase-A pool size over all retrievals (an empty
   pool counts 0) and the share of non-empty pools made only of the task's own memories. When
   tasks repeat, a task's own memories tie at similarity 1; a share near 1 is a saturated pool.
+- Warnings (first, when there are any): settings that made a method behave as another, per
+  run (memrl.metrics.degenerate: a gate nothing passes, epochs whose retrievals were empty,
+  λ with no pool to rank, k larger than the bank, ...), and settings of one method whose runs
+  played identical episodes (the setting changed nothing: `identical_settings`).
 - Utility (`memrl.metrics.utility`): per group, all seeds pooled, whether the Q a memory had
   before an episode predicts that episode's outcome (point-biserial r and AUC, 95% bootstrap
   intervals over episodes); the retrospective correlation (Q at a memory's last injection
@@ -20,8 +24,10 @@ import math
 from typing import Sequence
 
 from memrl.metrics.compute import ZERO_FAIL_READINGS, ZeroFail, forgetting_mean, retrieval_by_epoch, zero_fail_epochs
+from memrl.metrics.degenerate import run_warnings
 from memrl.metrics.utility import injected_from_success, q_prospective, q_success
 from memrl.report.grouping import Group
+from memrl.report.replicates import same_episodes
 from memrl.report.stats import t_interval
 from memrl.report.tables import markdown_table
 
@@ -32,6 +38,36 @@ def _num(x: float | None, digits: int = 3) -> str:
 
 def _with_ci(value: float | None, ci: list[float] | None) -> str:
     return _num(value) + (f" [{_num(ci[0])}, {_num(ci[1])}]" if ci else "")
+
+
+def setting_warnings(groups: Sequence[Group]) -> list[list[str]]:
+    """[benchmark, method, seed, warning] for every warning of every run of the groups
+    (memrl.metrics.degenerate.run_warnings), then `identical_settings`."""
+    rows = []
+    for g in groups:
+        for r in g.runs:
+            for w in run_warnings({**r.card, "config": r.config}, r.records):
+                rows.append([g.env, g.label, str(r.seed), w])
+    return rows + identical_settings(groups)
+
+
+def identical_settings(groups: Sequence[Group]) -> list[list[str]]:
+    """Groups of one method that differ in a setting yet played identical episodes (their
+    seed-0-most runs compared, memrl.report.replicates): the setting changed nothing."""
+    rows = []
+    fam: dict[tuple[str, str, str], list[Group]] = {}
+    for g in groups:
+        fam.setdefault((g.mode, g.env, g.memory), []).append(g)
+    for gs in fam.values():
+        for i, a in enumerate(gs):
+            for b in gs[i + 1:]:
+                ra, rb = a.runs[0], b.runs[0]
+                why = ra.episodes and rb.episodes and same_episodes(ra.episodes, rb.episodes)
+                if why:
+                    rows.append([a.env, f"{a.label} / {b.label}", f"{ra.seed} / {rb.seed}",
+                                 f"{a.label} and {b.label} played identical episodes ({why}): the setting "
+                                 "that tells them apart changed nothing in these runs"])
+    return rows
 
 
 def readings_markdown(groups: Sequence[Group], zero_fail: ZeroFail = "zero") -> str:
@@ -60,8 +96,12 @@ def readings_markdown(groups: Sequence[Group], zero_fail: ZeroFail = "zero") -> 
             if x["success"] + x["failure"] + x["unknown"]:
                 shares.append([g.env, g.label, epoch, x["success"], x["failure"], x["unknown"], _num(x["share"])])
     how = "counted as 0" if zero_fail == "zero" else "left out of the mean"
-    out = ["# Readings\n",
-           f"Forgetting: an epoch in which no task failed has FR = 0/0. The tables use the reading "
+    warned = setting_warnings(groups)
+    out = ["# Readings\n"]
+    if warned:
+        out += ["Warnings: settings under which a method behaved as another (memrl.metrics.degenerate), "
+                "per run.\n", markdown_table(["benchmark", "method", "seed", "warning"], warned), ""]
+    out += [f"Forgetting: an epoch in which no task failed has FR = 0/0. The tables use the reading "
            f"`{zero_fail}` ({how}); both means are below (mean over seeds).\n",
            markdown_table(["benchmark", "method", "0/0 epochs", "epochs >= 2", "mean (zero)", "mean (skip)"],
                           forgetting)]

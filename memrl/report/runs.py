@@ -7,7 +7,12 @@ records (`memrl.metrics.compute`).
 
 Epochs. A run whose last epoch is incomplete (still running, or killed) is cut back to its
 last complete epoch; a cell missing inside the kept range counts as a failure. Both are
-reported as warnings.
+reported as warnings. Whether a run may be reported at all (finished, every planned epoch,
+comparable with the others) is memrl.report.inputs's to decide; `Run.unfinished` says why
+not.
+
+Each run keeps the digest of its episodes (memrl.report.replicates.Episodes), taken before
+the transcripts are freed, so that copies of one run under another seed are found.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from memrl.core.records import EpisodeRecord, read_episodes
 from memrl.core.rundir import RunDir
 from memrl.journal.banklog import BankHistory
 from memrl.metrics.compute import success_matrix
+from memrl.report.replicates import Episodes
 
 
 @dataclass
@@ -37,6 +43,29 @@ class Run:
     eval_records: list[EpisodeRecord] = field(default_factory=list)  # transfer evaluation
     model: str | None = None  # the run card's model id
     history: BankHistory = field(default_factory=BankHistory)  # bank_updates.jsonl (may be empty)
+    card: dict[str, Any] = field(default_factory=dict)  # the run card, without its config
+    episodes: Episodes | None = None  # digest of the episodes (memrl.report.replicates)
+    marks: list[str] = field(default_factory=list)  # why it is reported only under a flag
+
+    @property
+    def status(self) -> str:
+        return str(self.card.get("status") or "?")
+
+    @property
+    def planned_epochs(self) -> int:
+        return int((self.config.get("runner") or {}).get("epochs") or 0)
+
+    @property
+    def unfinished(self) -> str | None:
+        """Why the run is not a finished run (status, or fewer complete epochs than planned),
+        or None."""
+        why = []
+        if self.status != "finished":
+            why.append(f"status {self.status}")
+        done = complete_epochs(self.records, int(self.card.get("n_tasks") or 0))
+        if self.planned_epochs and done < self.planned_epochs:
+            why.append(f"{done} of {self.planned_epochs} epochs complete")
+        return ", ".join(why) or None
 
     @property
     def env(self) -> str:
@@ -92,6 +121,21 @@ def complete_matrix(records: Sequence[EpisodeRecord]) -> tuple[list[str], list[i
     return task_ids, epochs[:keep], S[:keep], notes
 
 
+def complete_epochs(records: Sequence[EpisodeRecord], n_tasks: int = 0) -> int:
+    """How many epochs, from the first, have a record for every task of the run (`n_tasks`:
+    the run card's count, which a run stopped inside its first epoch has not all played)."""
+    if not records:
+        return 0
+    tasks = {r.task_id for r in records}
+    by_epoch: dict[int, set[str]] = {}
+    for r in records:
+        by_epoch.setdefault(int(r.epoch), set()).add(r.task_id)
+    n = 0
+    while by_epoch.get(n + 1) == tasks and len(tasks) >= n_tasks:
+        n += 1
+    return n
+
+
 def load_run(path: str | Path) -> Run | None:
     """A Run, or None when the directory has no episode yet."""
     rd = RunDir(path)
@@ -99,6 +143,7 @@ def load_run(path: str | Path) -> Run | None:
     card = json.loads(rd.card.read_text(encoding="utf-8"))
     records = read_episodes(rd.episodes)
     evals = read_episodes(rd.eval_episodes) if rd.eval_episodes.is_file() else []
+    digest = Episodes.of(records)
     for r in records + evals:  # the report never reads transcripts: free them
         r.transcript = []
     if not records:
@@ -106,4 +151,5 @@ def load_run(path: str | Path) -> Run | None:
     task_ids, epochs, S, notes = complete_matrix(records)
     return Run(path=path, config=card.get("config") or {}, records=records, task_ids=task_ids,
                epochs=epochs, S=S, warnings=notes, eval_records=evals, model=card.get("model"),
-               history=BankHistory.read(rd))
+               history=BankHistory.read(rd), card={k: v for k, v in card.items() if k != "config"},
+               episodes=digest)

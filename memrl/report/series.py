@@ -1,9 +1,11 @@
 """The numbers behind the report's figures (also written as CSV): per-epoch bands over
 seeds, Last / CSR against a swept parameter, the top-k grid, and the Q-value views.
 
-Curves (SR, CSR, forgetting per epoch): the mean over a group's seeds with a 95% Student-t
-interval over seeds when it has two or more; with one seed, a 95% bootstrap over tasks
-(memrl.report.stats.task_bootstrap). `curve_band` says which (`Band.how`).
+Curves (SR, CSR, forgetting per epoch) and the numbers of Table 1: the mean over a group's
+distinct replicates with a 95% Student-t interval over them when it has two or more; with
+one, each point is a proportion of that run's tasks (an epoch's SR: solved of N; CSR: solved
+so far of N; forgetting: forgotten of the epoch's failed tasks) with its 95% Wilson interval,
+as in the run's own plots (memrl.report.intervals). `curve_band` says which (`Band.how`).
 
 Q-value figures (MemRL runs, memory name ``memrl``).
 - Calibration (paper Fig. 7): each episode that had memories injected is placed by the mean
@@ -26,10 +28,10 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from memrl.metrics.compute import Q_BINS, calibration, mean_injected_q, q_bins, wilson
-from memrl.report.grouping import REFERENCE, Group, _fmt_value, _hashable, _sort_value, flatten, short_key
+from memrl.report.grouping import REFERENCE, Group, _hashable, _sort_value, flatten, mark_suffix, short_key, short_value
 from memrl.report.runs import Run
-from memrl.report.stats import t_interval, task_bootstrap
-from memrl.report.tables import _csr, _last
+from memrl.report.intervals import over_replicates, proportion
+from memrl.report.tables import group_estimate
 
 # Swept keys with a figure of their own: key -> output stem.
 PARAM_FIGURES = {"memory.lam": "lambda", "memory.alpha": "alpha"}
@@ -45,21 +47,45 @@ class Band(NamedTuple):
     how: str
 
 
-def curve_band(g: Group, fn: Callable[[np.ndarray], list[float]], *, n_boot: int = 2000,
-               seed: int = 0) -> Band:
+CURVES = ("sr", "csr", "forgetting")
+
+
+def curve_counts(S: np.ndarray, which: str, zero_fail: str = "zero") -> list[tuple[int, int]]:
+    """Per point of a curve of one run's (epochs, tasks) success matrix: (k, n) units, e.g.
+    (solved, tasks) per epoch for SR; forgetting from epoch 2: (forgotten, failed)."""
+    B = np.asarray(S).astype(bool)
+    n = int(B.shape[1])
+    if which == "sr":
+        return [(int(row.sum()), n) for row in B]
+    if which == "csr":
+        return [(int(x), n) for x in np.logical_or.accumulate(B, axis=0).sum(axis=1)]
+    if which == "forgetting":
+        return [(int((B[t - 1] & ~B[t]).sum()), int((~B[t]).sum())) for t in range(1, B.shape[0])]
+    raise ValueError(f"unknown curve {which!r} (one of {CURVES})")
+
+
+def curve_band(g: Group, fn: Callable[[np.ndarray], list[float]], which: str | None = None) -> Band:
     """Per-epoch mean, low, high (curves cut to the shortest run): a Student-t interval over
-    seeds for two or more seeds, else a bootstrap over the one run's tasks."""
-    curves = [fn(r.S) for r in g.runs]
+    the distinct replicates when there are two or more; with one, a Wilson interval per point
+    over that run's tasks (`which` names the curve: sr, csr or forgetting; without it, no
+    interval at one replicate)."""
+    curves = [[math.nan if v is None else v for v in fn(r.S)] for r in g.runs]
     n = min(len(c) for c in curves)
     if n == 0:
         return Band(np.array([]), np.array([]), np.array([]), "")
     arr = np.array([c[:n] for c in curves], dtype=float)
     if len(g.runs) > 1:
-        stats = np.array([t_interval(arr[:, j]) for j in range(n)])
-        return Band(stats[:, 0], stats[:, 1], stats[:, 2], f"t over {len(g.runs)} seeds")
-    S = g.runs[0].S
-    lo, hi = task_bootstrap(S, lambda x: fn(x)[:n], n_boot=n_boot, seed=seed)
-    return Band(arr[0], lo, hi, f"1 seed: bootstrap over {S.shape[1]} tasks")
+        ests = [over_replicates(list(arr[:, j])) for j in range(n)]
+        return Band(np.array([e.mean for e in ests]), np.array([e.lo for e in ests]),
+                    np.array([e.hi for e in ests]), f"t over {len(g.runs)} replicates")
+    if which is None:
+        nan = np.full(n, math.nan)
+        return Band(arr[0], nan, nan.copy(), "1 replicate: no interval")
+    ests = [proportion(k, m) for k, m in curve_counts(g.runs[0].S, which)[:n]]
+    lo = np.array([e.lo for e in ests])
+    hi = np.array([e.hi for e in ests])
+    unit = "failed tasks" if which == "forgetting" else f"{g.runs[0].S.shape[1]} tasks"
+    return Band(arr[0], lo, hi, f"1 replicate: Wilson over {unit}")
 
 
 def param_rows(groups: Sequence[Group], key: str) -> list[dict[str, Any]]:
@@ -69,13 +95,13 @@ def param_rows(groups: Sequence[Group], key: str) -> list[dict[str, Any]]:
         if g.mode == "transfer" or key not in dict(g.params):
             continue
         others = {k: v for k, v in g.params if k != key}
-        last_m, last_lo, last_hi = t_interval(g.per_seed(_last))
-        csr_m, csr_lo, csr_hi = t_interval(g.per_seed(_csr))
+        last, csr = group_estimate(g, "last"), group_estimate(g, "csr")
         rows.append({"benchmark": g.env, "memory": g.memory,
-                     "other": ", ".join(f"{short_key(k)}={_fmt_value(v)}" for k, v in others.items()),
+                     "other": ", ".join(f"{short_key(k)}={short_value(v)}" for k, v in others.items())
+                     + mark_suffix(g.marks),
                      short_key(key): g.param(key), "n_tasks": g.n_tasks(), "n_seeds": len(g.runs),
-                     "last_mean": last_m, "last_lo": last_lo, "last_hi": last_hi,
-                     "csr_mean": csr_m, "csr_lo": csr_lo, "csr_hi": csr_hi})
+                     "last_mean": last.mean, "last_lo": last.lo, "last_hi": last.hi,
+                     "csr_mean": csr.mean, "csr_lo": csr.lo, "csr_hi": csr.hi, "interval": last.how})
     series: dict[tuple, set] = defaultdict(set)
     for r in rows:
         series[(r["benchmark"], r["memory"], r["other"])].add(_hashable(r[short_key(key)]))
@@ -93,13 +119,13 @@ def topk_rows(groups: Sequence[Group]) -> list[dict[str, Any]]:
         flat = flatten(g.runs[0].config)
         k1, k2 = (p.get(k, flat.get(k)) for k in TOPK_KEYS)
         others = {k: v for k, v in g.params if k not in TOPK_KEYS}
-        last_m, last_lo, last_hi = t_interval(g.per_seed(_last))
-        csr_m, csr_lo, csr_hi = t_interval(g.per_seed(_csr))
+        last, csr = group_estimate(g, "last"), group_estimate(g, "csr")
         rows.append({"benchmark": g.env, "memory": g.memory,
-                     "other": ", ".join(f"{short_key(k)}={_fmt_value(v)}" for k, v in others.items()),
+                     "other": ", ".join(f"{short_key(k)}={short_value(v)}" for k, v in others.items())
+                     + mark_suffix(g.marks),
                      "k1": k1, "k2": k2, "n_tasks": g.n_tasks(), "n_seeds": len(g.runs),
-                     "last_mean": last_m, "last_lo": last_lo, "last_hi": last_hi,
-                     "csr_mean": csr_m, "csr_lo": csr_lo, "csr_hi": csr_hi})
+                     "last_mean": last.mean, "last_lo": last.lo, "last_hi": last.hi,
+                     "csr_mean": csr.mean, "csr_lo": csr.lo, "csr_hi": csr.hi, "interval": last.how})
     rows.sort(key=lambda r: (r["benchmark"], r["memory"], r["other"], _sort_value(r["k1"]), _sort_value(r["k2"])))
     return rows
 

@@ -1,15 +1,12 @@
 """Statistics of the report (pure functions over numbers).
 
-- Across seeds (Table 1, Table 2, every curve and the λ / α / top-k figures): the mean over
-  seeds and a 95% Student-t interval, mean ± t(0.975, n-1)·s/√n with s the sample standard
-  deviation of the per-seed values. One seed gives no interval (blank in CSV, "–" in
-  Markdown). Intervals are not clipped to [0, 1].
-- One seed, a curve (SR / CSR / forgetting per epoch): a 95% percentile bootstrap over tasks
-  (`task_bootstrap`: the run's tasks resampled with replacement, the curve recomputed on
-  each draw), which says how much the curve depends on which tasks were drawn; the figure
-  says which interval it shows.
-- A proportion from one set of episodes (a per-run SR, a Q-calibration bin): the 95% Wilson
-  score interval (`wilson`), which stays inside [0, 1] and is honest at small n.
+- Across distinct replicates (Table 1, Table 2, every curve and the λ / α / top-k figures,
+  for a group of two or more): the mean and a 95% Student-t interval, mean ±
+  t(0.975, n-1)·s/√n with s the sample standard deviation of the per-replicate values.
+  Intervals are not clipped to [0, 1].
+- One replicate: a proportion of its tasks (an SR, a CSR) or of its episodes (a
+  Q-calibration bin) carries the 95% Wilson score interval (memrl.metrics.compute.wilson);
+  which number carries which interval is memrl.report.intervals.
 - Method vs MemRL (comparisons): on the tasks both groups have, final-epoch success is
   averaged over each group's seeds per task; ``delta`` = MemRL − method of those per-task
   means (= the difference of the Last values on the common tasks). Its 95% interval is a
@@ -20,8 +17,9 @@
   so). b = MemRL solved and the method did not, c = the reverse. Two-sided exact binomial
   test (p = min(1, 2·P[X ≤ min(b, c)]), X ~ Bin(b + c, 1/2)) when b + c < 25, else the
   χ² statistic with continuity correction, (|b − c| − 1)² / (b + c), 1 degree of freedom.
-  Pooling several seeds treats a task's seeds as independent pairs; with one seed it is
-  the textbook test.
+  Pooling several seeds treats a task's seeds as independent pairs, so only distinct
+  replicates are pooled (a seed whose run repeats another's is left out:
+  memrl.report.replicates); with one seed it is the textbook test.
 """
 
 from __future__ import annotations
@@ -63,21 +61,6 @@ def t_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, fl
         return m, math.nan, math.nan
     half = t_quantile(0.5 + level / 2, x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
     return m, m - half, m + half
-
-
-def task_bootstrap(S: np.ndarray, curve: Any, *, n_boot: int = 2000, seed: int = 0,
-                   level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) per point of `curve(S)` (a function of an (epochs, tasks) success matrix)
-    over `n_boot` resamplings of the tasks (columns) with replacement."""
-    S = np.asarray(S)
-    rng = np.random.default_rng(seed)
-    draws = np.array([curve(S[:, rng.integers(0, S.shape[1], size=S.shape[1])])
-                      for _ in range(n_boot)], dtype=float)
-    if draws.ndim == 1 or draws.shape[1] == 0:
-        return np.array([]), np.array([])
-    tail = (1 - level) / 2 * 100
-    lo, hi = np.percentile(draws, [tail, 100 - tail], axis=0)
-    return lo, hi
 
 
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000,

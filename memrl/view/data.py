@@ -37,6 +37,10 @@ class RunView:
     task_ids: list[str] = field(default_factory=list)
     epochs: list[int] = field(default_factory=list)
     S: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    card: dict[str, Any] = field(default_factory=dict)  # the run card, without its config
+    marks: list[str] = field(default_factory=list)  # why it is shown only under a flag
+    display: str = ""  # its label among the runs shown (memrl.view.labels.assign_labels)
+    series: str = ""  # the same without its seed: what its seeds share (colour, marker, dash)
 
     @classmethod
     def load(cls, run_dir: str | RunDir) -> "RunView":
@@ -46,7 +50,8 @@ class RunView:
         view = cls(rd=rd, ident=identity(card.get("config") or {}, card.get("model")),
                    status=str(card.get("status") or "?"), records=records,
                    history=BankHistory.read(rd), texts=read_texts(rd.memories),
-                   config=card.get("config") or {})
+                   config=card.get("config") or {},
+                   card={k: v for k, v in card.items() if k != "config"})
         if records:
             view.task_ids, view.epochs, view.S = success_matrix(records, allow_missing=True)
         return view
@@ -54,7 +59,44 @@ class RunView:
     # ------------------------------------------------------------------ naming
     @property
     def label(self) -> str:
-        return identity_label(self.ident)
+        """Its label among the runs on the page (the method with the settings that tell it
+        apart, its seed where seeds differ, its marks), else env / method / model / seed."""
+        return self.display or identity_label(self.ident)
+
+    # what memrl.report.inputs and memrl.report.replicates read of a run
+    @property
+    def path(self) -> Any:
+        return self.rd.root
+
+    @property
+    def env(self) -> str:
+        return self.ident["env"]
+
+    @property
+    def mode(self) -> str:
+        return str((self.config.get("runner") or {}).get("mode") or "train")
+
+    @property
+    def seed(self) -> int:
+        return int(self.config.get("seed", 0) or 0)
+
+    @property
+    def unfinished(self) -> str | None:
+        """Why the run is not finished (its status, or fewer complete epochs than planned)."""
+        from memrl.report.runs import complete_epochs
+
+        planned = int((self.config.get("runner") or {}).get("epochs") or 0)
+        done = complete_epochs(self.records, int(self.card.get("n_tasks") or 0))
+        why = [f"status {self.status}"] if self.status != "finished" else []
+        if planned and done < planned:
+            why.append(f"{done} of {planned} epochs complete")
+        return ", ".join(why) or None
+
+    @cached_property
+    def episodes(self) -> Any:
+        from memrl.report.replicates import Episodes
+
+        return Episodes.of(self.records)
 
     @property
     def method(self) -> str:

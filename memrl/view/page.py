@@ -2,12 +2,17 @@
 server, no network) for one run or several (a sweep: the methods overlaid).
 
 Sections (each an element with the id given):
-- `summary`: the runs (identity, status, tasks, epochs, Last, CSR, errored, spend, and whether
-  Q predicts outcomes: the AUC of the Q a memory had before an episode for that episode's
-  success, with its 95% bootstrap interval; memrl.metrics.utility.q_prospective);
+- `summary`: the runs (label, identity, status, tasks, epochs, Last and CSR with their 95%
+  Wilson intervals over the run's tasks, errored, spend, and whether Q predicts outcomes: the
+  AUC of the Q a memory had before an episode for that episode's success, with its 95%
+  bootstrap interval; memrl.metrics.utility.q_prospective), then notes: runs left out as
+  copies of another seed's, runs shown under --include-unfinished, each run's warnings
+  (memrl.metrics.degenerate);
 - `success-grid`: task × epoch per run (success, failure, error; forgetting is a green cell
   followed by a grey one);
-- `curves`: SR, CSR and forgetting per epoch, every run overlaid;
+- `curves`: SR, CSR and forgetting per epoch, every run overlaid, each point with its 95%
+  Wilson interval over the run's tasks (forgetting: its failed tasks), the interval the
+  report and the run's plots give one replicate (memrl.report.intervals);
 - `bank-size`: entries in the bank after every commit;
 - `q-trajectories`: Q over time of each run's most-injected memories;
 - `q-distribution`: the bank's Q at the end of each epoch;
@@ -40,23 +45,16 @@ SECTIONS = ("summary", "success-grid", "curves", "bank-size", "q-trajectories", 
 
 
 def _labels(runs: Sequence[RunView]) -> list[tuple[str, str]]:
-    """(series, seed) per run: the series is the method with every config key that differs
-    between that method's runs and changes results, named as the report names its rows
-    (memrl.report.grouping: e.g. `memrl (lam=0.5)` in a λ sweep), then model and env where
-    those differ; the seed where seeds differ."""
-    from memrl.report.grouping import comparable_config, flatten, series_label, swept_keys
+    """(series, seed) per run: the series is the run's label without its seed
+    (memrl.view.labels: the method with the settings that tell the runs apart, e.g.
+    `memrl (lam=0.5)` in a λ sweep, as the report names its rows); the seed where seeds
+    differ."""
+    from memrl.view.labels import assign_labels
 
-    swept = {m: swept_keys([r.config for r in runs if r.method == m]) for m in {r.method for r in runs}}
-    out = []
-    for r in runs:
-        flat = flatten(comparable_config(r.config))
-        parts = [series_label(r.method, [(k, flat.get(k)) for k in swept[r.method]])]
-        for key in ("model", "env"):
-            if len({x.ident[key] for x in runs}) > 1:
-                parts.append(r.ident[key])
-        seed = f"seed {r.ident['seed']}" if len({x.ident["seed"] for x in runs}) > 1 else ""
-        out.append((" ".join(parts), seed))
-    return out
+    if any(not r.series for r in runs):
+        assign_labels(runs)
+    seeds = {r.seed for r in runs}
+    return [(r.series, f"seed {r.seed}" if len(seeds) > 1 else "") for r in runs]
 
 
 def _styles(runs: Sequence[RunView]) -> list[dict[str, Any]]:
@@ -99,21 +97,39 @@ def _q_prospective(qp: dict, f) -> str:
     return f(qp["auc"]) + (f" [{f(ci[0])}, {f(ci[1])}]" if ci else "") + f" ({qp['injections']} injections)"
 
 
+def rate_intervals(r: RunView, which: str) -> list[Any]:
+    """Per point of one run's SR, CSR or forgetting curve: the rate with its 95% Wilson
+    interval over the run's tasks (forgetting: over the epoch's failed tasks), the interval
+    the report and the run's own plots draw for one replicate (memrl.report.intervals)."""
+    from memrl.report.intervals import proportion
+    from memrl.report.series import curve_counts
+
+    if not r.records:
+        return []
+    unit = "failed tasks" if which == "forgetting" else "tasks"
+    return [proportion(k, n, unit) for k, n in curve_counts(r.S, which)]
+
+
 def _summary(runs: Sequence[RunView]) -> str:
+    from memrl.journal.runcard import identity_label
+    from memrl.report.intervals import fmt
+
     rows = []
     for r in runs:
         s = r.summary()
         def f(v: Any) -> str:
             return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
 
+        last, csr = ((rate_intervals(r, w) or [None])[-1] for w in ("sr", "csr"))
         rows.append(
             "<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in (
-                s["run"], s["status"], s["tasks"], s["epochs"], s["episodes"], f(s["last"]),
-                f(s["csr"]), s["errored"], f"${s['spend']:.4f}", _q_prospective(s["q_prospective"], f),
-                "yes" if s["bank_log"] else "no", s["path"])) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("run (env / method / model / seed)", "status", "tasks",
-                                              "epochs", "episodes", "Last", "CSR", "errored",
-                                              "spend", "Q before → outcome, AUC", "bank log", "directory"))
+                r.label, identity_label(r.ident), s["status"], s["tasks"], s["epochs"], s["episodes"],
+                fmt(last) if last else "–", fmt(csr) if csr else "–", s["errored"], f"${s['spend']:.4f}",
+                _q_prospective(s["q_prospective"], f), "yes" if s["bank_log"] else "no", s["path"])) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in (
+        "run", "env / method / model / seed", "status", "tasks", "epochs", "episodes",
+        "Last [95% Wilson, n = tasks]", "CSR [95% Wilson, n = tasks]", "errored", "spend",
+        "Q before → outcome, AUC", "bank log", "directory"))
     return f'<table class="runs"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
@@ -152,16 +168,22 @@ def _curves(runs: Sequence[RunView], styles: list[dict[str, Any]]) -> str:
         name = st["name"]
         for col, (key, start) in enumerate((("sr", 1), ("csr", 1), ("forgetting", 2)), 1):
             ys = c[key]
+            ests = rate_intervals(r, key)[:len(ys)]
             fig.add_trace(go.Scatter(
                 x=list(range(start, start + len(ys))), y=ys, mode="lines+markers", name=name,
                 legendgroup=name, showlegend=col == 1,
                 line={"color": st["color"], "dash": st["dash"], "width": st["width"]},
-                marker={"symbol": st["symbol"], "size": 9}), row=1, col=col)
+                marker={"symbol": st["symbol"], "size": 9},
+                error_y={"type": "data", "symmetric": False, "thickness": 1,
+                         "array": [0 if math.isnan(e.hi) else e.hi - y for e, y in zip(ests, ys)],
+                         "arrayminus": [0 if math.isnan(e.lo) else y - e.lo for e, y in zip(ests, ys)]},
+                hovertext=[e.how for e in ests]), row=1, col=col)
     fig.update_xaxes(title_text="epoch", dtick=1)
     fig.update_yaxes(range=[-0.03, 1.03])
     n = sorted({len(r.task_ids) for r in runs})
     fig.update_layout(title=f"{' / '.join(sorted({r.ident['env'] for r in runs}))}: "
-                            f"{', '.join(map(str, n))} tasks; one point per epoch")
+                            f"{', '.join(map(str, n))} tasks; one point per epoch per run, "
+                            "bars: 95% Wilson over the run's tasks (forgetting: its failed tasks)")
     return _div(fig, "curves-plot", 420)
 
 
@@ -327,17 +349,43 @@ pre { white-space: pre-wrap; max-width: 60em; max-height: 14em; overflow: auto; 
 """
 
 
-def build_page(runs: Sequence[RunView], *, task: str | None = None, title: str | None = None) -> str:
-    """The page's HTML for these runs."""
+def _notes(runs: Sequence[RunView], copies: Sequence[Any]) -> str:
+    """What the summary says beside its table: copies left out, marked runs, each run's
+    warnings (settings under which its method behaved as another: memrl.metrics.degenerate),
+    runs without a bank-update log."""
+    out = []
+    if copies:
+        out.append("not independent replicates, left out of every chart (their episodes repeat another "
+                   "seed's): " + "; ".join(f"{c.run.path} (seed {c.run.seed} = seed {c.of.seed}: {c.reason})"
+                                           for c in copies))
+    marked = [r.label for r in runs if r.marks]
+    if marked:
+        out.append("[unfinished]: a run that did not finish (its status or fewer epochs than planned), shown "
+                   "under --include-unfinished with what it completed: " + "; ".join(marked))
+    from memrl.metrics.degenerate import run_warnings
+
+    for r in runs:
+        out += [f"warning, {r.label}: {w}" for w in run_warnings({**r.card, "config": r.config}, r.records)]
+    no_log = [r.label for r in runs if not r.has_log]
+    if no_log:
+        out.append("no complete bank-update log (the run predates bank_updates.jsonl): no bank panels for "
+                   + "; ".join(no_log))
+    return "".join(_note(x) for x in out)
+
+
+def build_page(runs: Sequence[RunView], *, task: str | None = None, title: str | None = None,
+               copies: Sequence[Any] = ()) -> str:
+    """The page's HTML for these runs (`copies`: the runs left out as copies of another seed's,
+    memrl.view.labels.drop_copies)."""
     from plotly.offline import get_plotlyjs
 
+    from memrl.journal.runcard import identity_label
+
     styles = _styles(runs)
-    title = title or ("MemRL run: " + runs[0].label if len(runs) == 1 else f"MemRL sweep: {len(runs)} runs")
-    no_log = [r.label for r in runs if not r.has_log]
+    title = title or ("MemRL run: " + identity_label(runs[0].ident) if len(runs) == 1
+                      else f"MemRL sweep: {len(runs)} runs")
     sections = {
-        "summary": ("Runs", _summary(runs) + (_note(
-            "no complete bank-update log (the run predates bank_updates.jsonl): no bank panels for "
-            + "; ".join(no_log)) if no_log else "")),
+        "summary": ("Runs", _summary(runs) + _notes(runs, copies)),
         "success-grid": ("Success per task and epoch", _grids(runs)),
         "curves": ("SR, CSR and forgetting", _curves(runs, styles)),
         "bank-size": ("Bank size over time", _bank_size(runs, styles)),

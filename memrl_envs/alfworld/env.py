@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
@@ -137,7 +138,8 @@ class AlfworldEnv(Env):
     either layout.
     Agents: "react" (an LLM) or "expert" (ALFWorld's handcoded expert, no LLM).
     `show_progress`: a progress bar while intents are computed, only on a terminal (tqdm's
-    `disable=None`, as `runner.progress: auto`), so a batch job's log holds no bar redraws.
+    `disable=None`, as `runner.progress: auto`), so a batch job's log holds no bar redraws;
+    elsewhere a log line every 10 s (INFO, `memrl plan` shows them).
     """
 
     name = "alfworld"
@@ -225,8 +227,12 @@ class AlfworldEnv(Env):
 
         bar = tqdm(todo, desc=f"alfworld {self.s.split}: reading task intents",
                    disable=None if self.show_progress else True)
+        said = time.monotonic()
         try:
             for n, (entry, digest) in enumerate(bar, 1):
+                if bar.disable and self.show_progress and (time.monotonic() - said > 10 or n == len(todo)):
+                    said = time.monotonic()  # no bar (not a terminal): a log line every 10 s
+                    log.info("alfworld %s: reading task intents %d/%d", self.s.split, n, len(todo))
                 with AlfworldGame(str(entry.game_file), max_env_steps=1) as game:
                     obs, _ = game.reset()
                 room, sentence = split_initial_observation(obs)

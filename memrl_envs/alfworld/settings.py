@@ -15,15 +15,15 @@ SPLITS = ("valid_train", "valid_seen", "valid_unseen", "train")
 
 
 class AlfworldSettings(EnvSettings):
-    name: str = "alfworld"
+    name: str = "alfworld"  # the benchmark's name (names the run directory)
     data_root: str | None = data_location(None, description="ALFWorld data folder ($ALFWORLD_DATA)")
-    split: Literal[SPLITS] = "valid_train"
+    split: Literal[SPLITS] = "valid_train"  # the ALFWorld split whose games are the tasks
     max_steps: int = Field(30, ge=1, description="actions per episode (think: actions count); 30 is "
                            "the paper's code")
     prompts_file: str | None = Field(None, description="ReAct few-shot file; null = "
                                      "<data_root>/react_alfworld_3prompts.json")
-    demo_index: int = Field(0, ge=0)
-    num_demos: int = Field(1, ge=0)
+    demo_index: int = Field(0, ge=0)  # which of a task type's demonstrations comes first
+    num_demos: int = Field(1, ge=0)  # demonstrations shown per prompt (0: none)
     # auto: act-only demonstrations for the embedded models, ReAct for the others
     demo_style: Literal["auto", "react", "act"] = "auto"
     # episode: memories shown as episodes (task line, `> action` / observation) | text: as stored
@@ -43,8 +43,8 @@ class AlfworldSettings(EnvSettings):
     # line: one command after '>' | thought_action: "Thought: ..." then "Action: ..." (the
     # official code's chat ReAct format); either is parsed as the format allows (prompts.py)
     reply_format: Literal["line", "thought_action"] = "line"
-    intent_with_observation: bool = False
-    cache_dir: str | None = no_effect(None)
+    intent_with_observation: bool = False  # the task's intent (its retrieval key) includes the room's description
+    cache_dir: str | None = no_effect(None)  # the game facts cache; null = the cache folder's (memrl.core.cachedir)
 
     @model_validator(mode="after")
     def _check_paths(self) -> "AlfworldSettings":

@@ -97,7 +97,8 @@ def test_status_summarizes_every_run_under_a_folder(tmp_path, capsys):
     assert memrl_main(["status", str(tmp_path / "runs")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("2 runs") and "interrupted" in out and "1/3" in out and "$0.1250" in out
-    assert "coin/rag seed 1" in out and "coin/memrl seed 7" in out
+    # each run named by what tells it apart from the others listed (here its planned epochs)
+    assert "coin / rag (runner.epochs=3) / seed 1" in out and "coin / memrl (runner.epochs=2) / seed 7" in out
     assert memrl_main(["status", str(tmp_path / "runs"), "--json"]) == 0
     assert {r["method"] for r in json.loads(capsys.readouterr().out)} == {"memrl", "rag"}
     assert memrl_main(["status", str(tmp_path / "nowhere")]) == 2

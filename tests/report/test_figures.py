@@ -1,6 +1,6 @@
 """Figures a reviewer accepts: each method with its own marker and line style, the runs named
-in titles (env, model, seeds; method for one run), no t-interval claimed at one seed (a
-bootstrap over tasks, or Wilson, and the figure says which), integer epoch ticks, and Q
+in titles (env, model, seeds; method for one run), no t-interval claimed at one replicate (Wilson
+over its tasks, as the run's own plots, and the figure says which), integer epoch ticks, and Q
 calibration points carrying their episode counts with Wilson intervals."""
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from memrl.metrics.compute import wilson
 from memrl.report import figures as F
 from memrl.report.plots import write_run_plots
 from memrl.report.series import curve_band, q_calibration_rows
-from memrl.report.stats import task_bootstrap
 
 
 @pytest.fixture()
@@ -55,21 +54,18 @@ def test_wilson_holds_the_proportion_at_both_ends(n):
         assert lo <= p <= hi
 
 
-def test_task_bootstrap_covers_the_curve():
-    S = np.array([[0, 1, 0, 1], [1, 1, 0, 1]])
-    lo, hi = task_bootstrap(S, lambda x: list(x.mean(axis=1)), n_boot=500, seed=1)
-    assert lo.shape == (2,) and np.all(lo <= S.mean(axis=1)) and np.all(S.mean(axis=1) <= hi)
-    assert np.all(task_bootstrap(np.ones((2, 3)), lambda x: list(x.mean(axis=1)), n_boot=50)[0] == 1)
-
-
-def test_one_seed_gets_a_task_bootstrap_not_a_t_interval(tmp_path, captured):
+def test_one_replicate_gets_wilson_over_its_tasks_not_a_t_interval(tmp_path, captured):
+    """One replicate: each epoch's SR is k of the run's N tasks, drawn with its Wilson
+    interval, as the run's own plots draw it (memrl.report.intervals)."""
     root = tmp_path / "runs"
     for (memory, seed), S in MATRICES.items():
         if seed == 0:  # one seed per method
             write_run(root / memory, memory=memory, seed=seed, S=S)
     groups = groups_of(root)
-    band = curve_band(groups[0], lambda S: list(S.mean(axis=1)))
-    assert band.how == "1 seed: bootstrap over 4 tasks" and not np.any(np.isnan(band.lo))
+    band = curve_band(groups[0], lambda S: list(S.mean(axis=1)), "sr")
+    assert band.how == "1 replicate: Wilson over 4 tasks" and not np.any(np.isnan(band.lo))
+    S = np.array(MATRICES[("memrl", 0)])
+    assert list(band.lo) == pytest.approx([wilson(int(k), 4)[1] for k in S.sum(axis=1)])
     F.plot_curves(groups, "alfworld", tmp_path / "c.png")
     fig = captured[-1]
     for ax in fig.axes:
@@ -77,7 +73,7 @@ def test_one_seed_gets_a_task_bootstrap_not_a_t_interval(tmp_path, captured):
         assert "alfworld" in title and "seed 0" in title and "model" in title
         assert "t-interval" not in title and "95% interval" in title
         labels = [t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else []
-        assert not labels or all("bootstrap over 4 tasks" in x for x in labels)
+        assert not labels or all("Wilson over 4 tasks" in x for x in labels)
         styles = [(ln.get_marker(), ln.get_linestyle()) for ln in ax.get_lines()]
         assert len(set(styles)) == len(styles) == 2  # memrl and none drawn apart
         ticks = [t for t in ax.get_xticks() if 1 <= t <= 3]
@@ -86,11 +82,11 @@ def test_one_seed_gets_a_task_bootstrap_not_a_t_interval(tmp_path, captured):
 
 def test_several_seeds_get_a_t_interval(tmp_path, runs_dir, captured):
     groups = groups_of(runs_dir)
-    assert curve_band(groups[0], lambda S: list(S.mean(axis=1))).how == "t over 2 seeds"
+    assert curve_band(groups[0], lambda S: list(S.mean(axis=1))).how == "t over 2 replicates"
     F.plot_forgetting(groups, "alfworld", tmp_path / "f.png")
     ax = captured[-1].axes[0]
     assert "seeds 0, 1" in ax.get_title()
-    assert all("t over 2 seeds" in t.get_text() for t in ax.get_legend().get_texts())
+    assert all("t over 2 replicates" in t.get_text() for t in ax.get_legend().get_texts())
 
 
 def test_q_calibration_points_carry_n_and_wilson(tmp_path, runs_dir, captured):

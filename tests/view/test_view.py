@@ -44,7 +44,7 @@ def open_page(path: Path, screenshot: Path) -> dict:
             "() => [...document.querySelectorAll('div.plotly-graph-div')]"
             ".map(d => [d.id, (d.data || []).length])")
         seen["runs"] = page.locator("#task-run option").all_text_contents()
-        memrl = next(i for i, t in enumerate(seen["runs"]) if "/ memrl /" in t)
+        memrl = next(i for i, t in enumerate(seen["runs"]) if t.startswith("memrl"))
         page.select_option("#task-run", str(memrl))
         seen["memory_rows"] = page.locator("#task-table tr.memrow").count()
         seen["effects"] = page.locator("#task-table .helped, #task-table .hurt").count()
