@@ -142,13 +142,17 @@ def caps_report(limits: Limits, *, work_folder: bool = True) -> dict:
     per_process = {"address_space_mb": limits.memory_mb, "cpu_s": limits.cpu_s, "file_mb": limits.file_mb,
                    "nproc": limits.nproc, "open_files": limits.nofile, "wall_s": limits.wall_s}
     syscalls = filter_support()
+    filter_facts = syscalls.facts()
     if syscalls.program is not None:
-        enforced["syscall_filter"] = (f"seccomp: {len(syscalls.facts()['refused'])} kinds of call refused "
+        enforced["syscall_filter"] = (f"seccomp: {len(filter_facts['refused'])} kinds of call refused "
                                       "(Docker's default profile's deny-list; see syscall_filter)")
+        if filter_facts["missing"]:
+            missing["syscall_filter_rules"] = "not installed: " + "; ".join(
+                f"{name} ({why})" for name, why in filter_facts["missing"].items())
     else:
         missing["syscall_filter"] = syscalls.why_not
     return {"enforced": enforced, "missing": missing, "per_process": per_process,
-            "kernel_interfaces": masked_paths(), "syscall_filter": syscalls.facts()}
+            "kernel_interfaces": masked_paths(), "syscall_filter": filter_facts}
 
 
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
