@@ -96,7 +96,8 @@ class LifelongOsEnv(lifelong_data.TaskListing, Env):
                         self._facts = overlay_facts(upper_size_mb=self.s.upper_size_mb, pids_max=self.s.pids_max,
                                                     memory_mb=self.s.memory_mb, max_parallel=self.s.max_parallel,
                                                     scratch_dir=self.s.scratch_dir,
-                                                    command_timeout_s=self.s.command_timeout_s)
+                                                    command_timeout_s=self.s.command_timeout_s,
+                                                    rootfs=self._rootfs or rootfs.rootfs_path(self.s.rootfs_dir))
                     except SandboxFitError as exc:
                         raise ConfigError(f"env.max_parallel / sandbox caps: {exc}") from exc
                     self._slots = threading.BoundedSemaphore(self._facts["parallel"]["granted"])

@@ -497,11 +497,12 @@ class RootfsBackend:
         from memrl_envs.lifelong_os.shell import overlay_facts
 
         self.facts = overlay_facts(upper_size_mb=DISK_CAP_MB, pids_max=PIDS_CAP, memory_mb=MEMORY_CAP_MB,
-                                   max_parallel=1)
+                                   max_parallel=1, rootfs=rootfs)
         from memrl_envs.sandbox import HOST_BASE, ID_COUNT, userns_available
+        from memrl_envs.sandbox.userns import RANGES
 
         # where the host cannot map ids, the facts say so and root inside is host root
-        self.host_uid_range = (HOST_BASE, HOST_BASE + ID_COUNT) if userns_available() is None else (0, 1)
+        self.host_uid_range = (HOST_BASE, HOST_BASE + RANGES * ID_COUNT) if userns_available() is None else (0, 1)
 
     def run(self, script: str) -> Outcome:
         from memrl_envs.lifelong_os.episode import Action, OsTask
@@ -983,3 +984,55 @@ def test_the_filter_refuses_what_the_same_sandbox_does_without_it(backend, monke
     assert filtered == expected, filtered
     assert {name: control.get(name) for name in sandbox_probe.UNPRIVILEGED_OK} == \
         {name: "ok" for name in sandbox_probe.UNPRIVILEGED_OK}, control
+
+
+def inotify_instances(pids) -> int:
+    """Inotify instances the processes hold, counted on the host from their descriptors."""
+    n = 0
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                n += os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:inotify"
+            except OSError:
+                pass
+    return n
+
+
+def host_uids_of(pids) -> set[int]:
+    return {u for u in (host_uid(p) for p in pids if not in_host_pid_namespace(p)) if u is not None}
+
+
+def test_an_episode_exhausting_a_per_uid_limit_leaves_another_live_episode_its_own(tmp_path):
+    """The kernel counts inotify instances per host uid across user namespaces (here
+    fs.inotify.max_user_instances). Two live episodes: the first takes every instance its
+    host uid may have; the second must still get one (before: both were host uid 3,000,000,
+    and the second got EMFILE). Judged from the host: the first's processes hold the limit's
+    instances, the two episodes' host uids are disjoint."""
+    from memrl_envs.lifelong_os.shell import OverlayShell
+    from memrl_envs.sandbox import userns_available
+
+    rootfs = _rootfs()
+    if rootfs is None or userns_available() is not None:
+        pytest.skip("no Lifelong-OS root file system or mapped user namespace here (make rootfs; needs root)")
+    limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
+    per_process = 100  # under the episode's 128 open files per process
+    procs = -(-limit // per_process) + 1
+    hog = (f"for i in $(seq {procs}); do perl -e 'my $n = 0; $n++ while syscall(294, 0) >= 0; "
+           "print \"held $n\\n\"; sleep 60' & done; sleep 2")
+    probe = "perl -e 'my $fd = syscall(294, 0); print $fd >= 0 ? \"got one\\n\" : \"refused \" . ($! + 0) . \"\\n\"'"
+    shell = dict(scratch_dir=tmp_path, upper_size_mb=DISK_CAP_MB, memory_mb=MEMORY_CAP_MB, pids_max=PIDS_CAP,
+                 shm_mb=TMP_MB)
+    with OverlayShell(rootfs, **shell) as first, OverlayShell(rootfs, **shell) as second:
+        held = first.run(hog, CASE_TIMEOUT_S).output
+        holding = inotify_instances(first.cgroup.procs())
+        answer = second.run(probe, CASE_TIMEOUT_S).output
+        uids_first, uids_second = host_uids_of(first.cgroup.procs()), host_uids_of(second.cgroup.procs())
+    REPORT["rootfs/inotify_across_episodes"] = {"limit": limit, "first_holds": holding, "second": answer.strip(),
+                                                "first_uids": sorted(uids_first), "second_uids": sorted(uids_second)}
+    assert holding == limit, (held, holding)   # the first episode took all its uid may have
+    assert answer.strip() == "got one", REPORT["rootfs/inotify_across_episodes"]
+    assert uids_first and uids_second and not uids_first & uids_second
