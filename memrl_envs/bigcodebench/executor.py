@@ -175,7 +175,8 @@ class Executor:
                                   disk_mb_each=SEED_MB if disk_mb is not None else int(file_mb),
                                   disk_path=self.work_root or tempfile.gettempdir(),
                                   memory_capped=capped, what="BigCodeBench sandboxes",
-                                  files_each=(self.limits.nproc or 1) * (self.limits.nofile or 0) or None)
+                                  files_each=(self.limits.nproc or 1) * (self.limits.nofile or 0) or None,
+                                  tcp_mb_each=self.caps["tcp_mb_outside_memory"])
         self.parallel = self.plan.granted
         self._slots = threading.BoundedSemaphore(self.parallel)
         log_sandbox_facts(log, "BigCodeBench sandbox", self.caps, self.plan)

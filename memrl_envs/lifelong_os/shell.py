@@ -22,7 +22,8 @@ One `OverlayShell` is one episode's "container":
   HOME=/root), per-process resource limits;
 * caps on the whole episode (`memrl_envs.sandbox.cgroups`), where the host lets it make them:
   a memory cgroup (the episode's processes and everything it writes to its tmpfs upper
-  layer: writing is bounded by ``upper_size_mb``, memory by ``memory_mb``) and a pids cgroup
+  layer: writing is bounded by ``upper_size_mb``, memory by ``memory_mb``; its TCP socket
+  buffers by ``limits.tcp_mb``, beside it on cgroup v1, within it on v2) and a pids cgroup
   split in two: the commands (``cmd``, at most ``pids_max``) and the shell's own side
   (``srv``), so a fork bomb left running in the background cannot starve the shell;
 * inside it a small bash loop (``SERVER``) that runs each command as ``bash -c`` with a time
@@ -230,7 +231,8 @@ def overlay_facts(*, upper_size_mb: int, pids_max: int, memory_mb: int | None, m
     when not one episode fits."""
     caps = caps_report(Limits(sandbox_memory_mb=memory_mb, nproc=pids_max or None, disk_mb=upper_size_mb,
                               tmp_mb=SHM_MB, memory_mb=limits.memory_mb, cpu_s=limits.cpu_s,
-                              file_mb=limits.file_mb, wall_s=limits.wall_s, nofile=limits.nofile))
+                              file_mb=limits.file_mb, wall_s=limits.wall_s, nofile=limits.nofile,
+                              tcp_mb=limits.tcp_mb))
     caps["enforced"]["disk"] = f"{upper_size_mb} MB (tmpfs upper layer of the overlay: all the episode writes)"
     caps["enforced"].pop("tmp", None)
     caps["enforced"]["shm"] = f"{SHM_MB} MB /dev/shm (tmpfs)"
@@ -241,7 +243,8 @@ def overlay_facts(*, upper_size_mb: int, pids_max: int, memory_mb: int | None, m
     plan = plan_parallel(max_parallel, memory_mb_each=int(each), disk_mb_each=1,
                          disk_path=scratch_dir or tempfile.gettempdir(), memory_capped=capped,
                          what="Lifelong-OS episode sandboxes",
-                         files_each=(pids_max or 1) * (limits.nofile or 0) or None)
+                         files_each=(pids_max or 1) * (limits.nofile or 0) or None,
+                         tcp_mb_each=caps["tcp_mb_outside_memory"])
     log_sandbox_facts(log, "Lifelong-OS sandbox", caps, plan)
     why_not = userns_available()
     if why_not is None:
@@ -330,7 +333,7 @@ class OverlayShell:
         try:
             self._cgroup = sandbox_cgroup(memory_mb, pids_max + PIDS_SPARE if pids_max > 0 else None,
                                           split={"srv": None, "cmd": pids_max if pids_max > 0 else None},
-                                          prefix="memrl-os-")
+                                          prefix="memrl-os-", tcp_mb=limits.tcp_mb)
         except SandboxError as exc:
             self._cleanup()
             raise ShellError(str(exc)) from exc

@@ -63,6 +63,7 @@ MEMORY_MARGIN_MB = 768   # other work on the machine moves its free memory
 DISK_MARGIN_MB = 512
 SEED_MB = 8              # what a sandbox's folders on the host may hold: the seed of its work folder
 CASE_TIMEOUT_S = 12
+TCP_MARGIN_MB = 16       # other sockets of the machine move the host's TCP memory (and a charge may overshoot)
 FILE_TABLE_SHARE_MAX = 0.2  # of fs.file-max, one sandbox at its process cap (the fit check allows half for all)
 
 _WHY = bwrap_available()
@@ -168,6 +169,9 @@ class Sampler:
         self.host_uids: dict[str, int] = {}      # name -> host uid of the processes inside
         self.files0 = self.files_peak = open_files()     # the host's file table (fs/file-nr)
         self.rss0 = self.rss_peak = harness_rss_mb()     # the harness's own memory
+        self.tcp0 = self.tcp_peak = host_socket_pages("TCP")  # the host's TCP memory (all sockets)
+        self.udp0 = self.udp_peak = host_socket_pages("UDP")  # ... and its UDP memory
+        self.cg_tcp_peak = 0                             # the sandboxes' TCP memory, from their groups
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -199,6 +203,9 @@ class Sampler:
                         self.filtered += 1
             self.files_peak = max(self.files_peak, open_files())
             self.rss_peak = max(self.rss_peak, harness_rss_mb())
+            self.tcp_peak = max(self.tcp_peak, host_socket_pages("TCP"))
+            self.udp_peak = max(self.udp_peak, host_socket_pages("UDP"))
+            self.cg_tcp_peak = max(self.cg_tcp_peak, max((cg.tcp_peak_bytes() or 0 for cg in live), default=0))
             self.samples += 1
             self._stop.wait(0.02)
 
@@ -220,7 +227,10 @@ class Sampler:
                 "processes_unfiltered": sorted(self.unfiltered), "process_samples_filtered": self.filtered,
                 "host_uids": dict(sorted(self.host_uids.items())),
                 "host_open_files_rise": self.files_peak - self.files0,
-                "harness_rss_rise_mb": round(self.rss_peak - self.rss0, 1)}
+                "harness_rss_rise_mb": round(self.rss_peak - self.rss0, 1),
+                "host_tcp_memory_rise_mb": round((self.tcp_peak - self.tcp0) * 4096 / 2**20, 1),
+                "host_udp_memory_rise_mb": round((self.udp_peak - self.udp0) * 4096 / 2**20, 1),
+                "cgroup_tcp_peak_mb": round(self.cg_tcp_peak / 2**20, 1)}
 
 
 def memory_limit_bytes(cg) -> int | None:
@@ -251,6 +261,15 @@ def open_files() -> int:
 
 def file_max() -> int:
     return int(Path("/proc/sys/fs/file-max").read_text())
+
+
+def host_socket_pages(proto: str) -> int:
+    """The TCP or UDP memory of the whole host (every socket, every network namespace), in pages."""
+    for line in Path("/proc/net/sockstat").read_text().splitlines():
+        if line.startswith(f"{proto}:"):
+            words = line.split()
+            return int(words[words.index("mem") + 1])
+    raise AssertionError(f"no {proto} line in /proc/net/sockstat")
 
 
 def harness_rss_mb() -> float:
@@ -860,7 +879,62 @@ def check_harness_flood(c: Ctx, out: Outcome) -> None:
     assert len(out.output) < 2_000_000, len(out.output)  # what the harness kept: its caps
 
 
+def case_socket_flood(c: Ctx) -> str:
+    # inside the sandbox's own network namespace, over loopback (60 descriptors each, within a
+    # root-file-system episode's 128): 30 UDP sockets with 4 MB receive buffers, each sent 6 MB
+    # of datagrams it never reads; then 30 TCP connections, each written to without being read
+    # (up to 16 MB each). All held open. Without the cap the host's socket memory rose by the
+    # sum (issue 32: +1.5 GB TCP with the sandbox's memory cgroup charged ~0).
+    perl = ("use IO::Socket::INET; use Socket; my ($u, $total, @held) = (0, 0); my $d = 'y' x 60000; "
+            "for (1..30) { my $r = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, "
+            "Proto => 'udp') or last; $r->setsockopt(SOL_SOCKET, SO_RCVBUF, 4194304); "
+            "my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $r->sockport, Proto => 'udp') "
+            "or last; $s->blocking(0); for (1..100) { syswrite($s, $d) or last; } push @held, $r, $s; $u++; } "
+            "print \"flooded $u udp sockets\\n\"; my $l = IO::Socket::INET->new(Listen => 64, "
+            "LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp') or die \"listen: $!\"; "
+            "my $buf = 'x' x 262144; for (1..30) { my $c = IO::Socket::INET->new(PeerAddr => '127.0.0.1', "
+            "PeerPort => $l->sockport, Proto => 'tcp') or last; my $s = $l->accept or last; $c->blocking(0); "
+            "for (1..64) { my $n = syswrite($c, $buf); last unless $n; $total += $n; } push @held, $c, $s; } "
+            "printf(\"queued %d MB on %d tcp connections\\n\", $total / 1048576, (@held - 2 * $u) / 2); sleep 1;")
+    return f"perl -e {shlex.quote(perl)} 2>&1; echo end"
+
+
+def check_socket_flood(c: Ctx, out: Outcome) -> None:
+    facts = REPORT[c.host["current"]]
+    assert "on 30 tcp connections" in out.output and "flooded 30 udp" in out.output, out.output  # it did flood
+    caps = c.host["backend_facts"]
+    if "tcp" not in caps["enforced"]:
+        pytest.skip(f"no socket buffer cap here: {caps['missing']['tcp']}")  # named on the card, never silent
+    # cgroup v1: a cap of its own, which counts UDP buffers too; v2: the memory cap holds them
+    cap_mb = caps["tcp_mb_outside_memory"] or MEMORY_CAP_MB
+    queued = int(out.output.split("queued ")[1].split()[0])
+    assert queued <= cap_mb + TCP_MARGIN_MB, out.output   # what the sandbox could queue
+    rise = facts["host_tcp_memory_rise_mb"] + facts["host_udp_memory_rise_mb"]
+    assert rise <= cap_mb + TCP_MARGIN_MB, facts           # the host's pools, all sockets
+    assert facts["cgroup_tcp_peak_mb"] <= cap_mb + TCP_MARGIN_MB, facts
+
+
+def case_kernel_buffers(c: Ctx) -> str:
+    # unix stream socket pairs and pipes filled and held: their buffers are kernel memory
+    perl = ("use Socket; my ($t, @held) = (0); my $buf = 'x' x 65536; for (1..40) { "
+            "socketpair(my $a, my $b, AF_UNIX, SOCK_STREAM, 0) or last; $a->blocking(0); "
+            "while (my $n = syswrite($a, $buf)) { $t += $n; } push @held, $a, $b; "
+            "pipe(my $r, my $w) or last; $w->blocking(0); while (my $n = syswrite($w, $buf)) { $t += $n; } "
+            "push @held, $r, $w; } printf(\"queued %d MB\\n\", $t / 1048576); sleep 1;")
+    return f"perl -MIO::Handle -e {shlex.quote(perl)} 2>&1; echo end"
+
+
+def check_kernel_buffers(c: Ctx, out: Outcome) -> None:
+    facts = REPORT[c.host["current"]]
+    queued = int(out.output.split("queued ")[1].split()[0])
+    assert queued >= 5, out.output
+    if "memory" in cgroup_support().enforced:  # charged to the sandbox's memory cgroup, read on the host
+        assert facts["cgroup_memory_peak_mb"] >= 0.8 * queued, (queued, facts)
+
+
 CASES: dict[str, tuple[Callable[[Ctx], str], Callable[[Ctx, Outcome], None]]] = {
+    "socket_flood": (case_socket_flood, check_socket_flood),
+    "kernel_buffers": (case_kernel_buffers, check_kernel_buffers),
     "file_table": (case_file_table, check_file_table),
     "harness_flood": (case_harness_flood, check_harness_flood),
     "cgroup_escape": (case_cgroup_escape, check_cgroup_escape),
@@ -911,6 +985,7 @@ def test_hostile_case_is_contained(case, backend, host, monkeypatch):
     facts = {**sampler.facts(), "seconds": round(out.seconds, 2)}
     REPORT[f"{backend.name}/{case}"] = facts
     host["current"] = f"{backend.name}/{case}"
+    host["backend_facts"] = backend.facts
     # memory and processes, as the host saw them
     assert facts["cgroup_memory_peak_mb"] <= MEMORY_CAP_MB, facts
     assert facts["host_memory_drop_mb"] <= MEMORY_CAP_MB + MEMORY_MARGIN_MB, facts
