@@ -19,7 +19,8 @@ from memrl_envs.lifelong_os.episode import SHARED, Actor, EpisodeOutcome, GoldPo
 from memrl_envs.lifelong_os.prompts import memory_trajectory
 from memrl_envs.lifelong_os.rootfs import RootfsError, ensure_rootfs
 from memrl_envs.lifelong_os.settings import LifelongOsSettings
-from memrl_envs.lifelong_os.shell import OverlayShell, Shell, ShellError, overlay_facts
+from memrl_envs.lifelong_os.shell import OverlayShell, Shell, ShellError
+from memrl_envs.lifelong_os.shell_facts import overlay_facts
 from memrl_envs.sandbox import SandboxFitError
 
 log = logging.getLogger(__name__)

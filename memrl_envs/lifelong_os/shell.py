@@ -46,7 +46,6 @@ it every process of the episode.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import re
 import secrets
@@ -62,14 +61,11 @@ from typing import Mapping, Protocol
 
 from memrl_envs.lifelong_os.rootfs import RootfsError, shifted_rootfs
 from memrl_envs.lifelong_os.shell_reader import ReplyReader
-from memrl_envs.sandbox import (HOST_BASE, ID_COUNT, CappedReader, Handshake, Limits, SandboxError, UsernsError,
-                                caps_report, filter_fd, limits_preexec, log_sandbox_facts, plan_parallel, rootfs_argv,
-                                sandbox_cgroup, userns_available)
+from memrl_envs.sandbox import (ID_COUNT, CappedReader, Handshake, Limits, SandboxError, UsernsError, filter_fd,
+                                limits_preexec, rootfs_argv, sandbox_cgroup, userns_available)
 from memrl_envs.sandbox.idmap import idmap_available, mount_command
 from memrl_envs.sandbox.uids import UidsExhausted
-from memrl_envs.sandbox.userns import RANGES, lease_ids
-
-log = logging.getLogger(__name__)
+from memrl_envs.sandbox.userns import lease_ids
 
 # Docker's environment for `docker exec` into an image that sets nothing else.
 DOCKER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -223,52 +219,6 @@ def _shown_at(base: Path, mapped: bool) -> str:
 DEFAULT_LIMITS = Limits(wall_s=0, cpu_s=None, memory_mb=4096, nproc=None, file_mb=256, nofile=128)
 
 
-def overlay_facts(*, upper_size_mb: int, pids_max: int, memory_mb: int | None, max_parallel: int | None,
-                  scratch_dir: str | None = None, command_timeout_s: float | None = None,
-                  limits: Limits = DEFAULT_LIMITS, rootfs: str | os.PathLike[str] | None = None) -> dict:
-    """What OverlayShell episodes get on this machine (caps enforced and missing, masked kernel
-    interfaces) and how many fit at once; logged, for the run card. Raises `SandboxFitError`
-    when not one episode fits."""
-    caps = caps_report(Limits(sandbox_memory_mb=memory_mb, nproc=pids_max or None, disk_mb=upper_size_mb,
-                              tmp_mb=SHM_MB, memory_mb=limits.memory_mb, cpu_s=limits.cpu_s,
-                              file_mb=limits.file_mb, wall_s=limits.wall_s, nofile=limits.nofile,
-                              tcp_mb=limits.tcp_mb))
-    caps["enforced"]["disk"] = f"{upper_size_mb} MB (tmpfs upper layer of the overlay: all the episode writes)"
-    caps["enforced"].pop("tmp", None)
-    caps["enforced"]["shm"] = f"{SHM_MB} MB /dev/shm (tmpfs)"
-    caps["per_process"]["nproc"] = None  # root ignores RLIMIT_NPROC: the pids cgroup is the cap
-    caps["per_process"]["wall_s"] = command_timeout_s  # per command
-    capped = "memory" in caps["enforced"]
-    each = memory_mb if capped and memory_mb else (limits.memory_mb or 0) + upper_size_mb + SHM_MB
-    plan = plan_parallel(max_parallel, memory_mb_each=int(each), disk_mb_each=1,
-                         disk_path=scratch_dir or tempfile.gettempdir(), memory_capped=capped,
-                         what="Lifelong-OS episode sandboxes",
-                         files_each=(pids_max or 1) * (limits.nofile or 0) or None,
-                         tcp_mb_each=caps["tcp_mb_outside_memory"])
-    log_sandbox_facts(log, "Lifelong-OS sandbox", caps, plan)
-    why_not = userns_available()
-    if why_not is None:
-        caps["enforced"]["user_namespace"] = (
-            f"root inside is the first of {ID_COUNT} host uids held by the episode alone while it lives "
-            f"(one of {RANGES} ranges from {HOST_BASE}); the root file system "
-            + _tree_for_ranges(rootfs))
-    else:
-        caps["missing"]["user_namespace"] = why_not
-    user = (f"uid 0 inside a user namespace, a range of {ID_COUNT} host uids of its own outside"
-            if why_not is None else f"uid 0 of the host (no user namespace: {why_not})")
-    return {"mode": f"root file system (bubblewrap over a tmpfs-backed overlay; {user}; Docker's default "
-                    "capabilities minus a few)", "user_namespace": why_not is None,
-            **caps, "parallel": plan.facts()}
-
-
-def _tree_for_ranges(rootfs: str | os.PathLike[str] | None) -> str:
-    """How the root file system appears owned by each episode's range (for the run card)."""
-    if rootfs is None or not Path(rootfs).is_dir():
-        return "idmapped to them where its file system allows, else copied once per range"
-    why_not = idmap_available(str(Path(rootfs).resolve()))
-    return "idmapped to them" if why_not is None else f"copied once per range, owned by it ({why_not})"
-
-
 class OverlayShell:
     """A root shell over a throwaway overlay of `rootfs` (see the module docstring).
 
@@ -298,7 +248,7 @@ class OverlayShell:
         if not (lower / "bin").exists() or not (lower / "etc").is_dir():
             raise ShellError(f"{lower} does not look like a root file system")
         # root inside a user namespace, a range of unprivileged host ids of this episode's own
-        # outside, where the host allows it (overlay_facts says which); the tree then appears
+        # outside, where the host allows it (shell_facts.overlay_facts says which); the tree then appears
         # owned by that range (idmapped, or a copy owned by it)
         self.mapped = userns_available() is None
         self._ids = None

@@ -1,6 +1,6 @@
 """bubblewrap-based isolation for code and commands a model wrote.
 
-Two modes, one set of guarantees (README, "What a sandbox can and cannot do"):
+Two modes, one set of guarantees (docs/sandboxes.md):
 
 Host-root mode (code: the BigCodeBench checker). The sandbox's `/` is an allow-list of the host
 (`hostview`): `/usr` and the `/lib*`, `/bin`, `/sbin` links, a minimal `/etc`, the interpreter's

@@ -32,6 +32,8 @@ import shutil
 import subprocess
 import time
 
+from memrl_envs.sandbox.uids import UidsExhausted, lease_range
+
 HOST_BASE = 3_000_000      # the first range's host uid/gid of root inside; far above login and system ranges
 ID_COUNT = 65_536          # ids mapped: 0 .. 65535 inside
 RANGES = 512               # ranges of ID_COUNT host ids from HOST_BASE (up to 36,554,752)
@@ -47,8 +49,6 @@ def lease_ids():
     """A range of ID_COUNT host ids no other live sandbox on this machine holds (`.uid`: its
     first id, host root of the sandbox; `.release()` once every process of the sandbox is gone).
     Raises `uids.UidsExhausted` when all RANGES are held."""
-    from memrl_envs.sandbox.uids import lease_range
-
     return lease_range(HOST_BASE, ID_COUNT, RANGES)
 
 
@@ -138,16 +138,26 @@ class Handshake:
 @functools.lru_cache(maxsize=1)
 def userns_available() -> str | None:
     """None if a sandbox can be root inside a mapped user namespace here, else why not
-    (checked once, for real: root, setpriv, and bubblewrap making and entering one)."""
+    (checked once, for real: root, setpriv, and bubblewrap making and entering one, on a range
+    leased for the check, as an episode's is)."""
     if os.geteuid() != 0:
         return "mapping a range of host ids needs the harness to run as root"
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return "bubblewrap (`bwrap`) is not installed"
     try:
-        shake = Handshake()
+        lease = lease_ids()
+    except UidsExhausted as exc:
+        return str(exc)
+    with lease:
+        return _try_userns(bwrap, lease.uid)
+
+
+def _try_userns(bwrap: str, base: int) -> str | None:
+    try:
+        shake = Handshake(base)
         argv = as_host_base([bwrap, *shake.args, "--ro-bind", "/", "/", "--", "/bin/sh", "-c",
-                             "cat /proc/self/uid_map; id -u"])
+                             "cat /proc/self/uid_map; id -u"], base)
     except UsernsError as exc:
         return str(exc)
     try:
@@ -165,7 +175,7 @@ def userns_available() -> str | None:
         _, err = proc.communicate()
         return f"{exc}: {err.decode(errors='replace').strip()[:300]}"
     words = out.decode().split()
-    if proc.returncode != 0 or words[:3] != ["0", str(HOST_BASE), str(ID_COUNT)] or words[-1:] != ["0"]:
+    if proc.returncode != 0 or words[:3] != ["0", str(base), str(ID_COUNT)] or words[-1:] != ["0"]:
         return (f"bubblewrap could not run in a mapped user namespace (exit {proc.returncode}): "
                 f"{err.decode(errors='replace').strip()[:300] or out.decode()[:200]}")
     return None

@@ -513,7 +513,7 @@ class RootfsBackend:
                                                     command_timeout_s=CASE_TIMEOUT_S,
                                                     observation_max_chars=100_000),
                                  agent="gold", shell_factory=shell)
-        from memrl_envs.lifelong_os.shell import overlay_facts
+        from memrl_envs.lifelong_os.shell_facts import overlay_facts
 
         self.facts = overlay_facts(upper_size_mb=DISK_CAP_MB, pids_max=PIDS_CAP, memory_mb=MEMORY_CAP_MB,
                                    max_parallel=1, rootfs=rootfs)
