@@ -72,8 +72,15 @@ class CheckResult:
     stderr_tail: str = ""
     wall_s: float = 0.0
     # why this result is suspect ("": nothing seen): the checker's details disagreed with its
-    # exit status, or the program printed the checker's framing
+    # exit status, a pass disagreed with what the checker or the host saw, or the program
+    # printed the checker's framing
     tampered: str = ""
+    # how the checker saw the test process end (sandbox_runner.ENDINGS; "" when none ran),
+    # with its exit code (negative: a signal) and seconds, as the checker's details say
+    test_process: str = ""
+    test_exitcode: int | None = None
+    test_seconds: float | None = None
+    oom_kills: int | None = None    # processes the sandbox's memory cap killed (host's count)
 
 
 def imported_modules(code: str) -> list[str]:
@@ -168,7 +175,8 @@ class Executor:
                                   disk_mb_each=SEED_MB if disk_mb is not None else int(file_mb),
                                   disk_path=self.work_root or tempfile.gettempdir(),
                                   memory_capped=capped, what="BigCodeBench sandboxes",
-                                  files_each=(self.limits.nproc or 1) * (self.limits.nofile or 0) or None)
+                                  files_each=(self.limits.nproc or 1) * (self.limits.nofile or 0) or None,
+                                  tcp_mb_each=self.caps["tcp_mb_outside_memory"])
         self.parallel = self.plan.granted
         self._slots = threading.BoundedSemaphore(self.parallel)
         log_sandbox_facts(log, "BigCodeBench sandbox", self.caps, self.plan)
@@ -228,7 +236,7 @@ class Executor:
 def parse_channel(run: SandboxResult) -> CheckResult:
     """The runner's result, read from its own channel (never from what the program printed)."""
     common = dict(sandbox_timed_out=run.timed_out, returncode=run.returncode,
-                  stderr_tail=run.stderr.strip()[-1500:], wall_s=round(run.wall_s, 3))
+                  stderr_tail=run.stderr.strip()[-1500:], wall_s=round(run.wall_s, 3), oom_kills=run.oom_kills)
     flags = [f"the program's output contains the checker's framing ({FRAME.strip()})"
              for text in (run.stdout, run.stderr) if FRAME in text][:1]
     channel = run.channel or b""
@@ -245,14 +253,23 @@ def parse_channel(run: SandboxResult) -> CheckResult:
         return CheckResult(status="no_result", ready=ready, tampered="; ".join(flags), **common)
     if payload.get("tampered"):
         flags.insert(0, str(payload["tampered"]))
+    if run.returncode != 0:  # the reporter exits 0 once it has written its result
+        flags.append(f"the host saw the sandbox end with status {run.returncode} after a complete result")
 
     def strings(key: str) -> dict[str, str]:
         value = payload.get(key)
         return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
+    def number(key: str, kind: type) -> int | float | None:
+        value = payload.get(key)
+        return kind(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
     return CheckResult(status=payload["status"], ready=bool(payload.get("ready")),
                        details=strings("details"), unimportable=strings("unimportable"),
-                       error=str(payload.get("error", "")), tampered="; ".join(flags), **common)
+                       error=str(payload.get("error", "")), tampered="; ".join(flags),
+                       test_process=str(payload.get("test_process") or ""),
+                       test_exitcode=number("test_exitcode", int), test_seconds=number("test_seconds", float),
+                       **common)
 
 
 def _data_binds() -> list[str]:

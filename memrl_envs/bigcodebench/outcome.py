@@ -4,6 +4,9 @@ Each class is the episode's `outcome_detail`; `SHARED` maps it to the shared out
   pass          every test passed (reward 1)
   fail          a test failed or errored, the code crashed, or it killed its own checker
   timeout       the tests ran past the time limit (or the sandbox's wall limit)
+  early_exit    the test process ended before the time limit without a result (the code
+                called os._exit, crashed the interpreter, or was killed): bigcodebench
+                reports that as a timeout, which it was not
   syntax_error  no code in the reply, or code that does not compile (never executed)
   env_error     the environment, not the model: a library the task needs does not import
                 here (ModuleNotFoundError/ImportError of a task library), data a library
@@ -23,9 +26,10 @@ from typing import Iterable, Sequence
 
 from memrl_envs.bigcodebench.executor import CheckResult
 
-OUTCOMES = ("pass", "fail", "timeout", "syntax_error", "env_error", "llm_error")
-SHARED = {"pass": "success", "fail": "failure", "timeout": "timeout", "syntax_error": "failure",
-          "env_error": "env_error", "llm_error": "llm_error"}
+OUTCOMES = ("pass", "fail", "timeout", "early_exit", "syntax_error", "env_error", "llm_error")
+SHARED = {"pass": "success", "fail": "failure", "timeout": "timeout", "early_exit": "failure",
+          "syntax_error": "failure", "env_error": "env_error", "llm_error": "llm_error"}
+ENDED_EARLY = ("exited", "exited_nonzero", "signaled")  # sandbox_runner.ENDINGS but "running"
 _NLTK_MISSING = re.compile(r"Resource\s+['\"]?([\w/.-]+?)['\"]?\s+not found")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NO_MODULE = re.compile(r"(?:No module named|Missing optional dependency) '([\w.]+)'")
@@ -74,6 +78,9 @@ def classify(check: CheckResult, time_limit_s: float,
         return Outcome("env_error", _short(check.error or "the checker could not run"))
     if check.status == "pass":
         return Outcome("pass", "all tests passed")
+    if check.status == "timeout" and check.test_process in ENDED_EARLY:
+        return Outcome("early_exit", _short("the test process ended " + _when(check.test_seconds)
+                                            + f"without a result ({_how(check)}): the code ended or crashed it"))
     if check.status == "timeout" or (check.status == "no_result" and check.sandbox_timed_out):
         return Outcome("timeout", f"tests did not finish within the time limit ({time_limit_s:g} s)")
     if check.status == "no_result":
@@ -110,6 +117,20 @@ def classify(check: CheckResult, time_limit_s: float,
     return Outcome("fail", _short(f"{where}: {_last_line(check.details[name]) or 'failed'}"
                                   + (f" (+{len(failed) - 1} more)" if len(failed) > 1 else "")),
                    failed_tests=failed)
+
+
+def _when(seconds: float | None) -> str:
+    return f"after {seconds:.2f} s " if seconds is not None else "before the time limit "
+
+
+def _how(check: CheckResult) -> str:
+    code = check.test_exitcode
+    if check.test_process == "signaled":
+        how = f"signal {-code}" if code is not None and code < 0 else "a signal"
+        if check.oom_kills:
+            how += f"; the sandbox's memory cap killed {check.oom_kills} process(es)"
+        return how
+    return f"exit code {code}" if code is not None else "an exit"
 
 
 def _missing_dependencies(traces: Iterable[str], solution_modules: Iterable[str]) -> list[str]:

@@ -19,7 +19,8 @@ from memrl_envs.lifelong_os.episode import SHARED, Actor, EpisodeOutcome, GoldPo
 from memrl_envs.lifelong_os.prompts import memory_trajectory
 from memrl_envs.lifelong_os.rootfs import RootfsError, ensure_rootfs
 from memrl_envs.lifelong_os.settings import LifelongOsSettings
-from memrl_envs.lifelong_os.shell import OverlayShell, Shell, ShellError, overlay_facts
+from memrl_envs.lifelong_os.shell import OverlayShell, Shell, ShellError
+from memrl_envs.lifelong_os.shell_facts import overlay_facts
 from memrl_envs.sandbox import SandboxFitError
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,8 @@ class LifelongOsEnv(lifelong_data.TaskListing, Env):
                         self._facts = overlay_facts(upper_size_mb=self.s.upper_size_mb, pids_max=self.s.pids_max,
                                                     memory_mb=self.s.memory_mb, max_parallel=self.s.max_parallel,
                                                     scratch_dir=self.s.scratch_dir,
-                                                    command_timeout_s=self.s.command_timeout_s)
+                                                    command_timeout_s=self.s.command_timeout_s,
+                                                    rootfs=self._rootfs or rootfs.rootfs_path(self.s.rootfs_dir))
                     except SandboxFitError as exc:
                         raise ConfigError(f"env.max_parallel / sandbox caps: {exc}") from exc
                     self._slots = threading.BoundedSemaphore(self._facts["parallel"]["granted"])

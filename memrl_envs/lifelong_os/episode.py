@@ -27,8 +27,9 @@ FAILED = "failed"              # the evaluation script exited non-zero
 EVAL_TIMEOUT = "eval_timeout"  # the evaluation script ran out of time (a failure, as upstream)
 ENV_ERROR = "env_error"        # the system could not be set up, or broke down
 LLM_ERROR = "llm_error"        # the model call failed; the evaluation still ran
-# the agent's own command broke its sandbox (`kill -9 -1`: the shell is gone; `kill -STOP -1`:
-# it stops answering): the task's failure, not the environment's (no error is recorded)
+# the agent's own commands broke its sandbox (`kill -9 -1`: the shell is gone; `kill -STOP -1`:
+# it stops answering), during one of its commands or, armed by one (`(sleep 5; kill -9 -1) &`),
+# during the task's check: the task's failure, not the environment's (no error is recorded)
 SANDBOX_KILLED = "sandbox_killed"
 SANDBOX_FROZEN = "sandbox_frozen"
 # ... and the shared outcome of each (EpisodeResult.outcome)
@@ -100,14 +101,16 @@ class EpisodeOutcome:
     seconds: float = 0.0
     agent_started: bool = False  # the set-up went through and the agent got the task
     agent_failed: bool = False   # the turns ended on a failed model call
+    commands: int = 0            # commands of the agent that ran in the system
 
 
 def play(shell: Shell, task: OsTask, policy: Actor, max_steps: int, timeout_s: float,
          max_chars: int) -> EpisodeOutcome:
     """Run the episode on `shell` (already started, fresh). Never raises for the agent's or the
     model's failures; `ShellError` (the system itself broke: setting up, the task's own scripts)
-    is recorded as ``env_error``; the shell lost during the agent's own command is the task's
-    failure (``sandbox_killed`` / ``sandbox_frozen``), with no error recorded."""
+    is recorded as ``env_error``; the shell lost during the agent's own command, or during the
+    check once the agent has run a command (something it left behind can have done it), is the
+    task's failure (``sandbox_killed`` / ``sandbox_frozen``), with no error recorded."""
     start = time.monotonic()
     out = EpisodeOutcome(outcome=FAILED, success=False)
     try:
@@ -138,6 +141,7 @@ def play(shell: Shell, task: OsTask, policy: Actor, max_steps: int, timeout_s: f
                 out.steps.append(Step(action=INVALID_MARK + reply.strip()[:300],
                                       observation=f"{INVALID_HELP} ({action.text})"))
                 continue
+            out.commands += 1
             try:
                 result = shell.run(action.text, timeout_s)
             except ShellLost as exc:  # the agent's command took its own sandbox down
@@ -147,7 +151,14 @@ def play(shell: Shell, task: OsTask, policy: Actor, max_steps: int, timeout_s: f
             out.timeouts += int(result.timed_out)
             out.steps.append(Step(action=action.text, observation=format_observation(
                 result.output, result.exit_code, result.timed_out, result.truncated, timeout_s, max_chars)))
-        check = shell.run(task.eval_script, timeout_s)
+        try:
+            check = shell.run(task.eval_script, timeout_s)
+        except ShellLost as exc:
+            if not out.commands:
+                raise  # the agent ran nothing: the system broke on its own (env_error)
+            out.eval_output = f"the task's check could not run: {exc}"[:500]
+            out.outcome, out.success = (SANDBOX_FROZEN if exc.frozen else SANDBOX_KILLED), False
+            return out
         out.eval_exit, out.eval_output = check.exit_code, check.output[-500:]
         out.success = check.ok
         if out.success:

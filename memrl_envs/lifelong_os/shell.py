@@ -9,8 +9,10 @@ One `OverlayShell` is one episode's "container":
   left behind when the harness is killed, and the upper layer (everything the episode wrote)
   is freed with it;
 * bubblewrap on top (`memrl_envs.sandbox.rootfs_argv`): the overlay as `/`, uid 0 inside a
-  user namespace whose ids are unprivileged host ids (`memrl_envs.sandbox.userns`; the lower
-  layer is then the copy of the tree owned by those ids, `os_rootfs.shifted_rootfs`), with
+  user namespace whose ids are a range of unprivileged host ids held by this episode alone
+  while it lives (`memrl_envs.sandbox.userns.lease_ids`; the lower layer is then the cached
+  tree idmapped to that range, `memrl_envs.sandbox.idmap`, or where that cannot be, a copy
+  owned by the range, `rootfs.shifted_rootfs`), with
   Docker's default capabilities minus raw sockets, low ports, mknod, chroot, audit writes and
   file capabilities (so, as in Docker, no mounts and no modules), of that namespace only, the
   system-call filter (`memrl_envs.sandbox.seccomp`), no_new_privs, its own PID,
@@ -20,7 +22,8 @@ One `OverlayShell` is one episode's "container":
   HOME=/root), per-process resource limits;
 * caps on the whole episode (`memrl_envs.sandbox.cgroups`), where the host lets it make them:
   a memory cgroup (the episode's processes and everything it writes to its tmpfs upper
-  layer: writing is bounded by ``upper_size_mb``, memory by ``memory_mb``) and a pids cgroup
+  layer: writing is bounded by ``upper_size_mb``, memory by ``memory_mb``; its TCP socket
+  buffers by ``limits.tcp_mb``, beside it on cgroup v1, within it on v2) and a pids cgroup
   split in two: the commands (``cmd``, at most ``pids_max``) and the shell's own side
   (``srv``), so a fork bomb left running in the background cannot starve the shell;
 * inside it a small bash loop (``SERVER``) that runs each command as ``bash -c`` with a time
@@ -43,7 +46,6 @@ it every process of the episode.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import re
 import secrets
@@ -59,11 +61,11 @@ from typing import Mapping, Protocol
 
 from memrl_envs.lifelong_os.rootfs import RootfsError, shifted_rootfs
 from memrl_envs.lifelong_os.shell_reader import ReplyReader
-from memrl_envs.sandbox import (HOST_BASE, ID_COUNT, CappedReader, Handshake, Limits, SandboxError, UsernsError,
-                                caps_report, filter_fd, limits_preexec, log_sandbox_facts, plan_parallel, rootfs_argv,
-                                sandbox_cgroup, userns_available)
-
-log = logging.getLogger(__name__)
+from memrl_envs.sandbox import (ID_COUNT, CappedReader, Handshake, Limits, SandboxError, UsernsError, filter_fd,
+                                limits_preexec, rootfs_argv, sandbox_cgroup, userns_available)
+from memrl_envs.sandbox.idmap import idmap_available, mount_command
+from memrl_envs.sandbox.uids import UidsExhausted
+from memrl_envs.sandbox.userns import lease_ids
 
 # Docker's environment for `docker exec` into an image that sets nothing else.
 DOCKER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -179,13 +181,19 @@ def overlay_available() -> str | None:
 
 
 # Set-up inside the new mount namespace (already in the episode's cgroups): a tmpfs for the
-# upper layer, the overlay, then bwrap.
+# upper layer, the lower layer idmapped to the episode's ids (when `idmap` is set: the command
+# that mounts it, its last argument the target), the overlay, then bwrap.
 _SETUP = r'''
 set -eu
-lower=$1 base=$2 size=$3 owner=$4 shown=$5
-shift 5
+lower=$1 base=$2 size=$3 owner=$4 shown=$5 idmap=$6
+shift 6
 mount -t tmpfs -o "size=${size}m,mode=0755" memrl-episode "$base"
 mkdir "$base/upper" "$base/work" "$base/root"
+if [ "$idmap" != - ]; then
+  mkdir "$base/lower"
+  $idmap "$base/lower"
+  lower=$base/lower
+fi
 chown "$owner:$owner" "$base/upper"  # the overlay's / takes its owner from here: root inside
 mount -t overlay memrl-episode -o "lowerdir=$lower,upperdir=$base/upper,workdir=$base/work" "$base/root"
 [ "$shown" = "$base/root" ] || mount --bind "$base/root" "$shown"
@@ -209,39 +217,6 @@ def _shown_at(base: Path, mapped: bool) -> str:
 # open files: 128 per process (shell commands need a handful), so an episode at its 1,024-process
 # cap holds at most 131,072 of the host's file table (the fit check counts it)
 DEFAULT_LIMITS = Limits(wall_s=0, cpu_s=None, memory_mb=4096, nproc=None, file_mb=256, nofile=128)
-
-
-def overlay_facts(*, upper_size_mb: int, pids_max: int, memory_mb: int | None, max_parallel: int | None,
-                  scratch_dir: str | None = None, command_timeout_s: float | None = None,
-                  limits: Limits = DEFAULT_LIMITS) -> dict:
-    """What OverlayShell episodes get on this machine (caps enforced and missing, masked kernel
-    interfaces) and how many fit at once; logged, for the run card. Raises `SandboxFitError`
-    when not one episode fits."""
-    caps = caps_report(Limits(sandbox_memory_mb=memory_mb, nproc=pids_max or None, disk_mb=upper_size_mb,
-                              tmp_mb=SHM_MB, memory_mb=limits.memory_mb, cpu_s=limits.cpu_s,
-                              file_mb=limits.file_mb, wall_s=limits.wall_s, nofile=limits.nofile))
-    caps["enforced"]["disk"] = f"{upper_size_mb} MB (tmpfs upper layer of the overlay: all the episode writes)"
-    caps["enforced"].pop("tmp", None)
-    caps["enforced"]["shm"] = f"{SHM_MB} MB /dev/shm (tmpfs)"
-    caps["per_process"]["nproc"] = None  # root ignores RLIMIT_NPROC: the pids cgroup is the cap
-    caps["per_process"]["wall_s"] = command_timeout_s  # per command
-    capped = "memory" in caps["enforced"]
-    each = memory_mb if capped and memory_mb else (limits.memory_mb or 0) + upper_size_mb + SHM_MB
-    plan = plan_parallel(max_parallel, memory_mb_each=int(each), disk_mb_each=1,
-                         disk_path=scratch_dir or tempfile.gettempdir(), memory_capped=capped,
-                         what="Lifelong-OS episode sandboxes",
-                         files_each=(pids_max or 1) * (limits.nofile or 0) or None)
-    log_sandbox_facts(log, "Lifelong-OS sandbox", caps, plan)
-    why_not = userns_available()
-    if why_not is None:
-        caps["enforced"]["user_namespace"] = f"root inside is host uid {HOST_BASE} ({ID_COUNT} ids mapped)"
-    else:
-        caps["missing"]["user_namespace"] = why_not
-    user = (f"uid 0 inside a user namespace, host uids {HOST_BASE}-{HOST_BASE + ID_COUNT - 1} outside"
-            if why_not is None else f"uid 0 of the host (no user namespace: {why_not})")
-    return {"mode": f"root file system (bubblewrap over a tmpfs-backed overlay; {user}; Docker's default "
-                    "capabilities minus a few)", "user_namespace": why_not is None,
-            **caps, "parallel": plan.facts()}
 
 
 class OverlayShell:
@@ -272,20 +247,34 @@ class OverlayShell:
         lower = Path(rootfs).resolve()
         if not (lower / "bin").exists() or not (lower / "etc").is_dir():
             raise ShellError(f"{lower} does not look like a root file system")
-        # root inside a user namespace, an unprivileged host id outside, where the host allows
-        # it (overlay_facts says which); the tree is then the copy owned by the shifted ids
+        # root inside a user namespace, a range of unprivileged host ids of this episode's own
+        # outside, where the host allows it (shell_facts.overlay_facts says which); the tree then appears
+        # owned by that range (idmapped, or a copy owned by it)
         self.mapped = userns_available() is None
+        self._ids = None
+        idmap: list[str] = []
         if self.mapped:
             try:
-                lower = shifted_rootfs(lower, HOST_BASE, ID_COUNT)
-            except (OSError, RootfsError) as exc:
-                raise ShellError(f"could not make the id-shifted copy of {lower}: {exc}") from exc
-        if re.search(r"[,:\\\s]", str(lower)):
+                self._ids = lease_ids()
+            except UidsExhausted as exc:
+                raise ShellError(str(exc)) from exc
+            if idmap_available(str(lower)) is None:
+                idmap = mount_command(lower, self._ids.uid, ID_COUNT)  # _SETUP adds the target
+            else:
+                try:
+                    lower = shifted_rootfs(lower, self._ids.uid, ID_COUNT)
+                except (OSError, RootfsError) as exc:
+                    self._ids.release()
+                    raise ShellError(f"could not make the id-shifted copy of {lower}: {exc}") from exc
+        self.host_base = self._ids.uid if self._ids is not None else 0  # host uid of root inside
+        if re.search(r"[,:\\\s]", str(lower)) or any(re.search(r"\s", a) for a in idmap):
+            self._release_ids()
             raise ShellError(f"root file system path {lower} has a character overlay options cannot carry")
         self.output_bytes = int(output_bytes)
         self._base = Path(tempfile.mkdtemp(prefix="memrl-os-", dir=scratch_dir))
         if re.search(r"[,:\\\s]", str(self._base)):
             os.rmdir(self._base)
+            self._release_ids()
             raise ShellError(f"scratch folder {self._base} has a character overlay options cannot carry")
         self._lock = threading.Lock()
         self._closed = False
@@ -294,17 +283,17 @@ class OverlayShell:
         try:
             self._cgroup = sandbox_cgroup(memory_mb, pids_max + PIDS_SPARE if pids_max > 0 else None,
                                           split={"srv": None, "cmd": pids_max if pids_max > 0 else None},
-                                          prefix="memrl-os-")
+                                          prefix="memrl-os-", tcp_mb=limits.tcp_mb)
         except SandboxError as exc:
-            self._cleanup_dirs()
+            self._cleanup()
             raise ShellError(str(exc)) from exc
         seccomp = filter_fd()
-        shake = Handshake() if self.mapped else None
-        owner = HOST_BASE if self.mapped else 0
+        shake = Handshake(self.host_base) if self.mapped else None
+        owner = self.host_base
         try:
             cmd_procs = self._cgroup.move_file("cmd")
             if cmd_procs and self.mapped:
-                self._cgroup.delegate_moves("cmd", HOST_BASE, HOST_BASE)
+                self._cgroup.delegate_moves("cmd", owner, owner)
             shown = _shown_at(self._base, self.mapped)
             inner = rootfs_argv(server_argv, shown, env=dict(env or DEFAULT_ENV), cwd="/",
                                 hostname=HOSTNAME, binds=[(cmd_procs, CMD_CGROUP)] if cmd_procs else (),
@@ -316,10 +305,11 @@ class OverlayShell:
             if shake is not None:
                 shake.close()
             self._cgroup.close()
-            self._cleanup_dirs()
+            self._cleanup()
             raise ShellError(str(exc)) from exc
         argv = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _SETUP,
-                "memrl-overlay", str(lower), str(self._base), str(int(upper_size_mb)), str(owner), shown, *inner]
+                "memrl-overlay", str(lower), str(self._base), str(int(upper_size_mb)), str(owner), shown,
+                " ".join(idmap) or "-", *inner]
         join = self._cgroup.preexec("srv") if self._cgroup.groups else None
         set_limits = limits_preexec(limits)
 
@@ -338,7 +328,7 @@ class OverlayShell:
             if shake is not None:
                 shake.close()
             self._cgroup.close()
-            self._cleanup_dirs()
+            self._cleanup()
             raise ShellError(f"could not start the episode sandbox: {exc}") from exc
         finally:
             if seccomp is not None:
@@ -408,7 +398,7 @@ class OverlayShell:
             self._closed = True
         proc = self._proc if hasattr(self, "_proc") else None
         if not hasattr(self, "_cgroup"):
-            self._cleanup_dirs()
+            self._cleanup()
             return
         if proc is not None:
             try:
@@ -432,14 +422,21 @@ class OverlayShell:
                 except OSError:
                     pass
         self._cgroup.close()
-        self._cleanup_dirs()
+        self._cleanup()
 
     @property
     def cgroup(self):
         """The episode's cgroups (for reading its usage from the host)."""
         return self._cgroup
 
-    def _cleanup_dirs(self) -> None:
+    def _release_ids(self) -> None:
+        if getattr(self, "_ids", None) is not None:
+            self._ids.release()
+            self._ids = None
+
+    def _cleanup(self) -> None:
+        """Once no process of the episode is left: its host ids go back, its folder goes."""
+        self._release_ids()
         # On the host the folder was only ever a mount point inside the episode's namespace.
         for _ in range(20):
             try:

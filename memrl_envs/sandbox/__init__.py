@@ -1,11 +1,13 @@
 """Running untrusted, model-written code and commands away from the host.
 
 `run_isolated` is the one entry point; `bubblewrap` (Linux namespaces) is the isolation layer
-(`bwrap_args` builds its command line), `cgroups` caps a whole sandbox, `masks` hides the
-kernel's interfaces, `hostview` is what of the host a host-root sandbox sees, `fit` checks that
-the sandboxes run at once fit the machine, `seccomp` is the system-call filter, `uids` gives
-each host-root sandbox a uid of its own, `userns` maps root inside a root-file-system sandbox
-to an unprivileged host id. See `isolate.py` for what a sandboxed process can and cannot do.
+(`bwrap_args` builds its command line), `cgroups` caps a whole sandbox (`cgroupfs` finds the
+hierarchies), `masks` hides the kernel's interfaces, `hostview` is what of the host a host-root
+sandbox sees, `fit` checks that the sandboxes run at once fit the machine, `seccomp` is the
+system-call filter (`bpf` reads what its compiled program does), `uids` leases each host-root
+sandbox a uid and each root-file-system sandbox a range of ids of its own, `userns` maps root
+inside a root-file-system sandbox to its range, `idmap` shows the cached tree as owned by it.
+See `isolate.py` and docs/sandboxes.md for what a sandboxed process can and cannot do.
 """
 
 from memrl_envs.sandbox.bwrap_args import rootfs_argv

@@ -10,8 +10,13 @@ is absent and why; `cgroup_support()` probes that once per process, so a run can
 its card at start.
 
 Memory counts what the kernel charges the group: its processes' memory, the page cache they
-fault in (reclaimable), and the files they write to a tmpfs (a work folder of capped size
-costs memory, not disk).
+fault in (reclaimable), the files they write to a tmpfs (a work folder of capped size costs
+memory, not disk) and the kernel objects charged with them (page tables, kernel stacks, most
+slab objects: dentries, inodes, pipe buffers). TCP socket buffers are charged only where asked
+for: on cgroup v1 a group's TCP memory is a counter of its own, limited by
+`memory.kmem.tcp.limit_in_bytes` (`tcp_mb`; before that is written, a group's sockets are not
+charged at all, and loopback traffic inside a sandbox's network namespace took host memory
+beyond every cap, issue 32); cgroup v2 charges socket buffers to the memory cap itself.
 
 Where the groups go: v1, under the harness's own group in each hierarchy (so any limit on the
 harness also bounds its sandboxes), else at the hierarchy's root; v2, under the harness's own
@@ -30,88 +35,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-MEMORY, PIDS = "memory", "pids"
+from memrl_envs.sandbox.cgroupfs import MEMORY, PIDS, _delegated, _inside, _Mount, _mounts, _own_groups, _read_int
+
 PREFIX = "memrl-sbx-"
+TCP_LIMIT_V1 = "memory.kmem.tcp.limit_in_bytes"
 _STALE_S = 300.0  # empty groups older than this, left by a harness that was killed, are removed
 _LIVE: "weakref.WeakSet[SandboxCgroup]" = weakref.WeakSet()
-
-
-@dataclass(frozen=True)
-class _Mount:
-    path: Path
-    version: int
-    controllers: frozenset[str]
-    root: str  # the part of the hierarchy this mount shows ("/" unless in a container)
-
-
-def _mounts() -> list[_Mount]:
-    out: list[_Mount] = []
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if len(fields) < 5 or len(tail) < 3:
-            continue
-        fstype, superopts = tail[0], tail[2].split(",")
-        mount = Path(fields[4].replace("\\040", " "))
-        if fstype == "cgroup":
-            out.append(_Mount(mount, 1, frozenset(o for o in superopts if o in (MEMORY, PIDS)), fields[3]))
-        elif fstype == "cgroup2":
-            try:
-                ctrls = frozenset((mount / "cgroup.controllers").read_text().split())
-            except OSError:
-                ctrls = frozenset()
-            out.append(_Mount(mount, 2, ctrls, fields[3]))
-    return out
-
-
-def _own_groups() -> dict[str, str]:
-    """The harness's own group per v1 controller, and under "" its v2 group."""
-    out: dict[str, str] = {}
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        if parts[0] == "0" and parts[1] == "":
-            out[""] = parts[2]
-        for ctrl in parts[1].split(","):
-            if ctrl:
-                out[ctrl] = parts[2]
-    return out
-
-
-def _inside(mount: _Mount, group: str | None) -> Path | None:
-    if group is None:
-        return None
-    root = mount.root.rstrip("/")
-    if root and not (group == root or group.startswith(root + "/")):
-        return None
-    rel = group[len(root):].lstrip("/")
-    path = mount.path / rel if rel else mount.path
-    return path if path.is_dir() else None
 
 
 def _write(path: Path, value: str) -> None:
     with open(path, "w") as fh:
         fh.write(value)
-
-
-def _read_int(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
 
 
 def _read_key(path: Path, key: str) -> int | None:
@@ -163,13 +97,16 @@ class SandboxCgroup:
     pids_max: int | None
     split: dict[str, int | None] = field(default_factory=dict)
     prefix: str = PREFIX
+    tcp_mb: int | None = None   # TCP socket buffers (cgroup v1's own counter; v2: in memory_mb)
     groups: dict[str, _Group] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def create(cls, *, memory_mb: int | None, pids_max: int | None,
-               split: Mapping[str, int | None] | None = None, prefix: str = PREFIX) -> "SandboxCgroup":
-        cg = cls(memory_mb=memory_mb, pids_max=pids_max, split=dict(split or {}), prefix=prefix)
+               split: Mapping[str, int | None] | None = None, prefix: str = PREFIX,
+               tcp_mb: int | None = None) -> "SandboxCgroup":
+        cg = cls(memory_mb=memory_mb, pids_max=pids_max, split=dict(split or {}), prefix=prefix,
+                 tcp_mb=tcp_mb if memory_mb is not None else None)
         _LIVE.add(cg)
         wanted = {cap: value for cap, value in ((MEMORY, memory_mb), (PIDS, pids_max)) if value is not None}
         if not wanted:
@@ -218,12 +155,25 @@ class SandboxCgroup:
                     _write(path / "memory.swappiness", "0")
                 except OSError:
                     pass
+                if self.tcp_mb is not None:
+                    self._limit_tcp(path / TCP_LIMIT_V1)
             else:
                 _write(path / "memory.max", limit)
                 if (path / "memory.swap.max").exists():
                     _write(path / "memory.swap.max", "0")
         else:
             _write(path / "pids.max", str(int(self.pids_max)))
+
+    def _limit_tcp(self, path: Path) -> None:
+        """cgroup v1: charge and cap the group's TCP socket buffers (before any socket exists;
+        a cap that cannot be set is named missing, the memory cap stays)."""
+        if not path.exists():
+            self.missing["tcp"] = "this kernel's cgroup v1 memory controller has no kmem.tcp limit"
+            return
+        try:
+            _write(path, str(int(self.tcp_mb) * 2**20))
+        except OSError as exc:
+            self.missing["tcp"] = f"cannot set {path}: {exc.strerror or exc}"
 
     def _make_v1(self, cap: str, mount: _Mount, own: str | None, name: str) -> str | None:
         last = "no writable parent"
@@ -344,6 +294,13 @@ class SandboxCgroup:
             return None
         return _read_int(g.path / ("memory.usage_in_bytes" if g.version == 1 else "memory.current"))
 
+    def tcp_peak_bytes(self) -> int | None:
+        """The most TCP socket memory the group held (cgroup v1's own counter; None elsewhere)."""
+        g = self.groups.get(MEMORY)
+        if g is None or g.version != 1 or self.tcp_mb is None:
+            return None
+        return _read_int(g.path / "memory.kmem.tcp.max_usage_in_bytes")
+
     def memory_peak_bytes(self) -> int | None:
         g = self.groups.get(MEMORY)
         if g is None:
@@ -414,7 +371,12 @@ class SandboxCgroup:
         self.groups.clear()
 
     def facts(self) -> dict[str, str]:
-        return {cap: f"cgroup v{g.version}" for cap, g in self.groups.items()}
+        out = {cap: f"cgroup v{g.version}" for cap, g in self.groups.items()}
+        memory = self.groups.get(MEMORY)
+        if self.tcp_mb is not None and memory is not None and "tcp" not in self.missing:
+            out["tcp"] = ("cgroup v1 memory.kmem.tcp, beside the memory cap" if memory.version == 1
+                          else "cgroup v2: charged to the memory cap")
+        return out
 
 
 def _remove_tree(path: Path, retries: int = 1) -> None:
@@ -443,17 +405,6 @@ def _enable(parent: Path, cap: str) -> bool:
         return False
 
 
-def _delegated() -> bool:
-    """A non-root harness may still own its v2 group (systemd delegation)."""
-    own = _own_groups().get("")
-    for m in _mounts():
-        if m.version == 2:
-            path = _inside(m, own)
-            if path is not None and os.access(path, os.W_OK):
-                return True
-    return False
-
-
 @dataclass(frozen=True)
 class CgroupSupport:
     """What caps sandboxes can get on this machine (probed once)."""
@@ -465,25 +416,8 @@ class CgroupSupport:
 @functools.lru_cache(maxsize=1)
 def cgroup_support() -> CgroupSupport:
     """Make and remove a probe group with both caps: what works here, and why not."""
-    probe = SandboxCgroup.create(memory_mb=64, pids_max=16)
+    probe = SandboxCgroup.create(memory_mb=64, pids_max=16, tcp_mb=16)
     try:
         return CgroupSupport(enforced=probe.facts(), missing=dict(probe.missing))
     finally:
         probe.close()
-
-
-def harness_memory_limit_bytes() -> int | None:
-    """The memory limit of the harness's own cgroup, if it has one."""
-    own = _own_groups()
-    for m in _mounts():
-        if m.version == 1 and MEMORY in m.controllers:
-            path = _inside(m, own.get(MEMORY))
-            value = _read_int(path / "memory.limit_in_bytes") if path else None
-            if value is not None and value < 2**60:
-                return value
-        elif m.version == 2 and MEMORY in m.controllers:
-            path = _inside(m, own.get(""))
-            value = _read_int(path / "memory.max") if path else None  # "max" reads as None
-            if value is not None:
-                return value
-    return None

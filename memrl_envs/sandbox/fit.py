@@ -3,11 +3,15 @@ the parallelism is lowered to what fits, or the run is refused, and the reason i
 the log and the run card.
 
 A sandbox's worst case on the host is its memory cap (processes, page cache and the files on
-its tmpfs folders, which live in memory) and the host disk it may fill (only the small seed of
-its work folder: everything it writes goes to a capped tmpfs). The machine offers what is
-available now (`MemAvailable`, and the harness's own cgroup limit if lower) less a reserve for
-the harness itself (bank, records, caches, the model), and the free disk where the sandboxes'
-folders are made less a reserve.
+its tmpfs folders, which live in memory), plus on cgroup v1 its TCP socket buffers (a cap of
+their own, `tcp_mb_each`), and the host disk it may fill (only the small seed of its work
+folder: everything it writes goes to a capped tmpfs). The machine offers what is available now
+(`MemAvailable`, and the harness's own cgroup limit if lower) less a reserve for the harness
+itself (bank, records, caches, the model), and the free disk where the sandboxes' folders are
+made less a reserve. TCP memory is also a pool of the whole host (`net.ipv4.tcp_mem`): past its
+pressure threshold the kernel squeezes every socket's buffers, the harness's API calls
+included. The sandboxes' TCP caps together must fit TCP_SHARE of what is left below that
+threshold.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from memrl_envs.sandbox.cgroups import harness_memory_limit_bytes
+from memrl_envs.sandbox.cgroupfs import harness_memory_limit_bytes
 
 RESERVE_MEMORY_MB = 1024
 RESERVE_DISK_MB = 1024
@@ -27,6 +31,26 @@ CEILING = 64  # sandboxes at once when nothing else bounds them
 
 class SandboxFitError(RuntimeError):
     """Not even one sandbox at its caps fits the machine."""
+
+
+# the share of the host's TCP memory below its pressure threshold (net.ipv4.tcp_mem, less what
+# sockets hold now) the sandboxes' TCP caps may take together: the rest stays the host's
+TCP_SHARE = 0.5
+PAGE = 4096  # tcp_mem and sockstat count pages
+
+
+def tcp_memory() -> tuple[int, int] | None:
+    """(the host's TCP pressure threshold, TCP memory allocated now), in pages; None where /proc
+    does not say."""
+    try:
+        pressure = int(Path("/proc/sys/net/ipv4/tcp_mem").read_text().split()[1])
+        for line in Path("/proc/net/sockstat").read_text().splitlines():
+            if line.startswith("TCP:"):
+                words = line.split()
+                return pressure, int(words[words.index("mem") + 1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 # the share of the host's free file table (fs.file-max less what is open) the sandboxes may
@@ -94,6 +118,8 @@ class ParallelPlan:
     host: HostResources | None = None
     files_each: int | None = None    # open files one sandbox can hold (process cap x RLIMIT_NOFILE)
     files_budget: int | None = None  # FILE_TABLE_SHARE of the host's free file table
+    tcp_mb_each: int | None = None   # TCP socket buffers beyond the memory cap (cgroup v1)
+    tcp_budget_mb: int | None = None  # TCP_SHARE of the host's TCP memory below its pressure threshold
 
     def facts(self) -> dict:
         out = asdict(self)
@@ -105,30 +131,44 @@ def plan_parallel(requested: int | None, *, memory_mb_each: int, disk_mb_each: i
                   disk_path: str | os.PathLike[str], memory_capped: bool, what: str = "sandboxes",
                   reserve_memory_mb: int = RESERVE_MEMORY_MB, reserve_disk_mb: int = RESERVE_DISK_MB,
                   host: HostResources | None = None, files_each: int | None = None,
-                  table: tuple[int, int] | None = None) -> ParallelPlan:
+                  table: tuple[int, int] | None = None, tcp_mb_each: int | None = None,
+                  tcp: tuple[int, int] | None = None) -> ParallelPlan:
     """The parallelism to use; raises `SandboxFitError` when not one sandbox fits. `files_each`:
     the open files one sandbox can hold; the sandboxes at once must fit FILE_TABLE_SHARE of the
-    host's free file table (`table`: fs.file-max and the handles open; None: read /proc)."""
+    host's free file table (`table`: fs.file-max and the handles open; None: read /proc).
+    `tcp_mb_each`: the TCP socket buffers one sandbox may hold beyond its memory cap (cgroup v1);
+    they count as memory, and the sandboxes at once must fit TCP_SHARE of the host's TCP memory
+    below its pressure threshold (`tcp`: that threshold and what is allocated, in pages; None:
+    read /proc)."""
     host = host or host_resources(disk_path)
     memory = host.memory_available_mb
     if host.harness_limit_mb is not None:
         memory = min(memory, host.harness_limit_mb)
     memory_budget = max(memory - reserve_memory_mb, 0)
     disk_budget = max(host.disk_free_mb - reserve_disk_mb, 0)
-    by_memory = memory_budget // max(memory_mb_each, 1)
+    by_memory = memory_budget // max(memory_mb_each + (tcp_mb_each or 0), 1)
+    tcp_budget = by_tcp = None
+    if tcp_mb_each:
+        tcp = tcp if tcp is not None else tcp_memory()
+        if tcp is not None:
+            tcp_budget = int(TCP_SHARE * max(tcp[0] - tcp[1], 0) * PAGE // 2**20)
+            by_tcp = tcp_budget // tcp_mb_each
     by_disk = disk_budget // disk_mb_each if disk_mb_each > 0 else CEILING
     table = table if table is not None else file_table()
     files_budget = by_files = None
     if files_each and table is not None:
         files_budget = int(FILE_TABLE_SHARE * max(table[0] - table[1], 0))
         by_files = files_budget // files_each
-    fits = min(by_memory, by_disk, CEILING, *([by_files] if by_files is not None else []))
+    fits = min(by_memory, by_disk, CEILING, *(b for b in (by_files, by_tcp) if b is not None))
     sizes = (f"{memory_mb_each} MB of memory{'' if memory_capped else ' (estimated, not enforced)'} "
-             f"and {disk_mb_each} MB of disk each; {memory_budget} MB of memory and {disk_budget} MB of "
+             + (f"+ {tcp_mb_each} MB of TCP buffers " if tcp_mb_each else "")
+             + f"and {disk_mb_each} MB of disk each; {memory_budget} MB of memory and {disk_budget} MB of "
              f"disk at {host.disk_path} are free beyond the harness's reserve")
     if by_files is not None:
         sizes += (f"; {files_each:,} open files each, {files_budget:,} of the host's file table "
                   f"(fs.file-max {table[0]:,}) may be theirs")
+    if by_tcp is not None:
+        sizes += f"; {tcp_budget} MB of the host's TCP memory below its pressure threshold may be theirs"
     if fits < 1:
         raise SandboxFitError(f"not even one of the {what} fits this machine: {sizes}. "
                               "Lower the sandbox caps or free memory/disk.")
@@ -136,12 +176,14 @@ def plan_parallel(requested: int | None, *, memory_mb_each: int, disk_mb_each: i
     reason = None
     if requested is not None and granted < requested:
         bound = min((by_memory, "memory"), (by_disk, "disk"),
-                    *([(by_files, "file table")] if by_files is not None else []))[1]
+                    *([(by_files, "file table")] if by_files is not None else []),
+                    *([(by_tcp, "TCP memory")] if by_tcp is not None else []))[1]
         reason = f"{requested} {what} requested, {granted} fit ({bound} bound): {sizes}"
     return ParallelPlan(requested=requested, granted=int(granted), memory_mb_each=int(memory_mb_each),
                         disk_mb_each=int(disk_mb_each), memory_budget_mb=int(memory_budget),
                         disk_budget_mb=int(disk_budget), memory_capped=memory_capped, reason=reason, host=host,
-                        files_each=files_each, files_budget=files_budget)
+                        files_each=files_each, files_budget=files_budget, tcp_mb_each=tcp_mb_each,
+                        tcp_budget_mb=tcp_budget)
 
 
 def log_sandbox_facts(log: logging.Logger, what: str, caps: dict, plan: ParallelPlan) -> None:

@@ -1,6 +1,6 @@
 """bubblewrap-based isolation for code and commands a model wrote.
 
-Two modes, one set of guarantees (README, "What a sandbox can and cannot do"):
+Two modes, one set of guarantees (docs/sandboxes.md):
 
 Host-root mode (code: the BigCodeBench checker). The sandbox's `/` is an allow-list of the host
 (`hostview`): `/usr` and the `/lib*`, `/bin`, `/sbin` links, a minimal `/etc`, the interpreter's
@@ -26,8 +26,9 @@ In both modes:
   * kernel interfaces masked or read-only (`masks`: /proc/sys, /proc/sysrq-trigger, /proc/kcore,
     /proc/keys, ... as runc and Docker do); no /sys; a minimal /dev, read-only but for its
     capped /dev/shm; the host-root mode's `/` read-only;
-  * caps on the whole sandbox (`cgroups`): a memory cgroup (swap off; its tmpfs files count)
-    and a pids cgroup, where the machine can make them; which caps hold is in `caps_report`;
+  * caps on the whole sandbox (`cgroups`): a memory cgroup (swap off; its tmpfs files count),
+    its TCP socket buffers (cgroup v1: a cap of their own; v2: in the memory cap) and a pids
+    cgroup, where the machine can make them; which caps hold is in `caps_report`;
   * per-process limits on top (CPU seconds, address space, file size, processes per uid), a
     wall-clock limit and a cap on captured output;
   * at the end the whole sandbox dies: `--die-with-parent`, a PID namespace (killing bwrap kills
@@ -73,6 +74,9 @@ class Limits:
     output_bytes: int = 200_000     # kept per stream; the rest is read and dropped
     tmp_mb: int | None = 512        # size of the private /tmp and /dev/shm (host memory)
     sandbox_memory_mb: int | None = 4096  # memory cgroup of the whole sandbox (its tmpfs files count)
+    # TCP socket buffers of the whole sandbox (loopback traffic in its network namespace):
+    # cgroup v1 counts them apart from the memory cap, v2 within it (`cgroups`)
+    tcp_mb: int | None = 16
     disk_mb: int | None = 1024      # the work folder: a tmpfs of this size; None: the host folder itself
 
     def tmpfs_mb(self, *, work_folder: bool = True) -> int:
@@ -131,6 +135,14 @@ def caps_report(limits: Limits, *, work_folder: bool = True) -> dict:
             enforced[cap] = f"{value} {unit} ({support.enforced[cap]})"
         else:
             missing[cap] = support.missing.get(cap, "unknown")
+    tcp_outside = None  # MB of TCP buffers a sandbox may hold beyond its memory cap (the fit check adds it)
+    if limits.tcp_mb is None or limits.sandbox_memory_mb is None:
+        missing["tcp"] = "disabled by the configuration"
+    elif "tcp" in support.enforced:
+        enforced["tcp"] = f"{limits.tcp_mb} MB of TCP socket buffers ({support.enforced['tcp']})"
+        tcp_outside = limits.tcp_mb if support.enforced["tcp"].startswith("cgroup v1") else None
+    else:
+        missing["tcp"] = support.missing.get("tcp", "no memory cgroup here")
     if work_folder and limits.disk_mb is None:
         missing["disk"] = "disabled by the configuration: the work folder is the host folder"
     elif work_folder:
@@ -142,13 +154,17 @@ def caps_report(limits: Limits, *, work_folder: bool = True) -> dict:
     per_process = {"address_space_mb": limits.memory_mb, "cpu_s": limits.cpu_s, "file_mb": limits.file_mb,
                    "nproc": limits.nproc, "open_files": limits.nofile, "wall_s": limits.wall_s}
     syscalls = filter_support()
+    filter_facts = syscalls.facts()
     if syscalls.program is not None:
-        enforced["syscall_filter"] = (f"seccomp: {len(syscalls.facts()['refused'])} kinds of call refused "
+        enforced["syscall_filter"] = (f"seccomp: {len(filter_facts['refused'])} kinds of call refused "
                                       "(Docker's default profile's deny-list; see syscall_filter)")
+        if filter_facts["missing"]:
+            missing["syscall_filter_rules"] = "not installed: " + "; ".join(
+                f"{name} ({why})" for name, why in filter_facts["missing"].items())
     else:
         missing["syscall_filter"] = syscalls.why_not
     return {"enforced": enforced, "missing": missing, "per_process": per_process,
-            "kernel_interfaces": masked_paths(), "syscall_filter": syscalls.facts()}
+            "kernel_interfaces": masked_paths(), "syscall_filter": filter_facts, "tcp_mb_outside_memory": tcp_outside}
 
 
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
@@ -186,10 +202,11 @@ def _limit_setter(limits: Limits, join=None):
 
 
 def sandbox_cgroup(memory_mb: int | None, pids_max: int | None, *,
-                   split: Mapping[str, int | None] | None = None, prefix: str = PREFIX) -> SandboxCgroup:
+                   split: Mapping[str, int | None] | None = None, prefix: str = PREFIX,
+                   tcp_mb: int | None = None) -> SandboxCgroup:
     """The cgroups of one sandbox. A cap this machine supports (`cgroup_support`, which the run
     card reports) that cannot be made now is an error, never a silent run without it."""
-    cg = SandboxCgroup.create(memory_mb=memory_mb, pids_max=pids_max, split=split, prefix=prefix)
+    cg = SandboxCgroup.create(memory_mb=memory_mb, pids_max=pids_max, split=split, prefix=prefix, tcp_mb=tcp_mb)
     support = cgroup_support()
     lost = [cap for cap in support.enforced if cap in cg.missing]
     if lost:
@@ -279,7 +296,7 @@ def _run_isolated(argv: Sequence[str], work: Path | None, uid: int | None, *, li
     full_env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8",
                 "HOME": str(work) if work is not None else "/tmp"}
     full_env.update(env or {})
-    cg = sandbox_cgroup(limits.sandbox_memory_mb, limits.nproc)
+    cg = sandbox_cgroup(limits.sandbox_memory_mb, limits.nproc, tcp_mb=limits.tcp_mb)
     status_r, status_w = os.pipe()
     placeholders = [] if root_dir is not None else [os.pipe() for _ in ETC_PLACEHOLDERS]
     for _, w in placeholders:

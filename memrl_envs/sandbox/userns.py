@@ -1,20 +1,25 @@
 """Root inside, unprivileged outside: the user namespace of a root-file-system sandbox.
 
-As rootless containers do, uid and gid 0 inside (and the 65,536 ids after it, which `useradd`
-and `chown` in the tasks use) map to a range of unprivileged host ids starting at `HOST_BASE`.
+As rootless containers do, uid and gid 0 inside (and the ids after it, 65,536 in all, which
+`useradd` and `chown` in the tasks use) map to a range of unprivileged host ids: a range of its
+own per live sandbox, leased (`lease_ids`: the lowest free of `RANGES` ranges from `HOST_BASE`),
+so no two live episodes share a host uid.
 Host files owned by host root then stay host root's, whatever the sandbox does: a namespace
 it makes, a cgroup file system it mounts, `/proc/<pid>` of a host process; DAC sees an
 unmapped owner, and the capabilities a sandbox holds are those of its own namespace only.
 
-How the namespace is made: the harness (root) starts bubblewrap as the host uid `HOST_BASE`
+How the namespace is made: the harness (root) starts bubblewrap as the range's first host uid
 (`setpriv`), so bubblewrap runs unprivileged and makes the user namespace itself
 (`--unshare-user`), then waits (`--userns-block-fd`) until the harness has written the id
 maps from outside, a range only root may grant (`Handshake`). A tree the sandbox uses as its
-`/` must be owned by the shifted ids (`os_rootfs.shifted_rootfs`), as a rootless image is.
+`/` must appear owned by the shifted ids: an idmapped mount of the one cached tree
+(`idmap`), or, where the kernel or file system cannot idmap it, a copy owned by the range
+(`rootfs.shifted_rootfs`, made once per range, as a rootless image is stored).
 
-All sandboxes of this kind share one range, so files need shifting once, not per episode;
-they are kept apart by their PID, IPC, mount and network namespaces, and the kernel state
-keyed by uid alone (the keyrings) is refused by the system-call filter.
+Per-uid kernel accounting (inotify instances, pipe buffers, RLIMIT_NPROC, RLIMIT_SIGPENDING,
+RLIMIT_MSGQUEUE) is charged to the host uids and, up the chain of user namespaces, to the
+uid that made the namespace: both are the episode's own range. The kernel state keyed by uid
+alone (the keyrings) is refused by the system-call filter.
 """
 
 from __future__ import annotations
@@ -27,14 +32,24 @@ import shutil
 import subprocess
 import time
 
-HOST_BASE = 3_000_000      # host uid/gid of root inside; far above login and system ranges
+from memrl_envs.sandbox.uids import UidsExhausted, lease_range
+
+HOST_BASE = 3_000_000      # the first range's host uid/gid of root inside; far above login and system ranges
 ID_COUNT = 65_536          # ids mapped: 0 .. 65535 inside
+RANGES = 512               # ranges of ID_COUNT host ids from HOST_BASE (up to 36,554,752)
 HANDSHAKE_TIMEOUT_S = 30.0
 SETPRIV = "setpriv"
 
 
 class UsernsError(RuntimeError):
     """The user namespace could not be made or mapped."""
+
+
+def lease_ids():
+    """A range of ID_COUNT host ids no other live sandbox on this machine holds (`.uid`: its
+    first id, host root of the sandbox; `.release()` once every process of the sandbox is gone).
+    Raises `uids.UidsExhausted` when all RANGES are held."""
+    return lease_range(HOST_BASE, ID_COUNT, RANGES)
 
 
 def id_map(base: int = HOST_BASE, count: int = ID_COUNT) -> str:
@@ -123,16 +138,26 @@ class Handshake:
 @functools.lru_cache(maxsize=1)
 def userns_available() -> str | None:
     """None if a sandbox can be root inside a mapped user namespace here, else why not
-    (checked once, for real: root, setpriv, and bubblewrap making and entering one)."""
+    (checked once, for real: root, setpriv, and bubblewrap making and entering one, on a range
+    leased for the check, as an episode's is)."""
     if os.geteuid() != 0:
         return "mapping a range of host ids needs the harness to run as root"
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return "bubblewrap (`bwrap`) is not installed"
     try:
-        shake = Handshake()
+        lease = lease_ids()
+    except UidsExhausted as exc:
+        return str(exc)
+    with lease:
+        return _try_userns(bwrap, lease.uid)
+
+
+def _try_userns(bwrap: str, base: int) -> str | None:
+    try:
+        shake = Handshake(base)
         argv = as_host_base([bwrap, *shake.args, "--ro-bind", "/", "/", "--", "/bin/sh", "-c",
-                             "cat /proc/self/uid_map; id -u"])
+                             "cat /proc/self/uid_map; id -u"], base)
     except UsernsError as exc:
         return str(exc)
     try:
@@ -150,7 +175,7 @@ def userns_available() -> str | None:
         _, err = proc.communicate()
         return f"{exc}: {err.decode(errors='replace').strip()[:300]}"
     words = out.decode().split()
-    if proc.returncode != 0 or words[:3] != ["0", str(HOST_BASE), str(ID_COUNT)] or words[-1:] != ["0"]:
+    if proc.returncode != 0 or words[:3] != ["0", str(base), str(ID_COUNT)] or words[-1:] != ["0"]:
         return (f"bubblewrap could not run in a mapped user namespace (exit {proc.returncode}): "
                 f"{err.decode(errors='replace').strip()[:300] or out.decode()[:200]}")
     return None

@@ -278,6 +278,13 @@ def test_classification_of_checker_results():
     assert fail.kind == "fail" and fail.reason == "test_a: ValueError: bad (+1 more)"
     assert fail.failed_tests == ["test_a", "test_b"]
     assert classify(check("timeout"), 5).kind == "timeout"
+    assert classify(check("timeout", test_process="running"), 5).kind == "timeout"
+    early = classify(check("timeout", test_process="exited", test_exitcode=0, test_seconds=0.42), 240)
+    assert (early.kind, early.shared) == ("early_exit", "failure")
+    assert early.reason == ("the test process ended after 0.42 s without a result (exit code 0): "
+                            "the code ended or crashed it")
+    oom = classify(check("timeout", test_process="signaled", test_exitcode=-9, oom_kills=1), 240)
+    assert oom.kind == "early_exit" and "signal 9; the sandbox's memory cap killed 1 process(es)" in oom.reason
     alarm = check("fail", details={"test_a": 'File "utils.py", line 84, in signal_handler\n'
                                              "bigcodebench.eval.utils.TimeoutException: Timed out!\n"})
     assert classify(alarm, 5).kind == "timeout"  # the checker records its alarm as a failed test
@@ -335,30 +342,57 @@ def test_the_result_comes_from_the_channel_never_from_what_the_program_printed()
     assert r.status == "no_result" and r.sandbox_timed_out and classify(r, 5).kind == "timeout"
     r = parse_channel(_run(READY + b"{not json"))
     assert r.status == "no_result" and "no readable result" in r.tampered
+    # a complete result, then the host saw the sandbox end otherwise than the reporter does
+    killed = SandboxResult(returncode=-9, stdout="", stderr="", wall_s=1.0, channel=real)
+    assert "status -9 after a complete result" in parse_channel(killed).tampered
+    # how the checker saw the test process end comes through
+    seen = READY + json.dumps({"status": "timeout", "ready": True, "test_process": "exited",
+                               "test_exitcode": 0, "test_seconds": 0.5}).encode()
+    r = parse_channel(_run(seen))
+    assert (r.test_process, r.test_exitcode, r.test_seconds, r.tampered) == ("exited", 0, 0.5, "")
 
 
 def test_the_runner_takes_the_verdict_from_the_checkers_exit_status():
     def line(payload):
         return b"\n" + (runner.FRAME + json.dumps(payload)).encode() + b"\n"
 
-    fail = {"status": "fail", "details": {"t": "boom"}}
-    honest = runner.reported(runner.EXIT_CODES["fail"], runner.READY + line(fail))
+    fail = {"status": "fail", "details": {"t": "boom"}, "test_process": {"ending": "exited", "exitcode": 0}}
+    honest = runner.reported(runner.exit_code("fail", "exited"), runner.READY + line(fail))
     assert (honest["status"], honest["ready"], honest["details"]) == ("fail", True, {"t": "boom"})
     assert "tampered" not in honest
     # a forged pass line from the code under test, then the checker's own fail: still a fail
-    two = runner.reported(runner.EXIT_CODES["fail"], runner.READY + b"junk no newline" +
+    two = runner.reported(runner.exit_code("fail", "exited"), runner.READY + b"junk no newline" +
                           line({"status": "pass", "details": {}}) + line(fail))
     assert two["status"] == "fail" and "2 details lines" in two["tampered"]
     # the forged line is the last one (a daemon wrote after the checker): the exit status wins
-    late = runner.reported(runner.EXIT_CODES["fail"], runner.READY + line(fail) + line({"status": "pass"}))
+    late = runner.reported(runner.exit_code("fail", "exited"), runner.READY + line(fail) + line({"status": "pass"}))
     assert late["status"] == "fail" and late["details"] == {} and "does not match" in late["tampered"]
     # a glued line cannot be parsed: no details, the verdict stands
-    glued = runner.reported(runner.EXIT_CODES["pass"], runner.READY + b"MEMRL-CHECK {" + line({"status": "pass"})[1:])
+    glued = runner.reported(runner.exit_code("pass", "exited"),
+                            runner.READY + b"MEMRL-CHECK {" + line({"status": "pass"})[1:])
     assert glued["status"] == "pass" and glued["tampered"]
     # the checker died (a signal, a plain exit): no verdict, whatever was printed
     died = runner.reported(-9, runner.READY + line({"status": "pass", "details": {}}))
     assert died["status"] == "no_result" and died["ready"] and died["tampered"]
     assert runner.reported(1, b"")["ready"] is False
+    # a pass that disagrees with what the checker saw is flagged (the verdict stands)
+    passed = {"status": "pass", "details": {}, "test_process": {"ending": "signaled", "exitcode": -9}}
+    odd = runner.reported(runner.exit_code("pass", "signaled"), runner.READY + line(passed))
+    assert odd["status"] == "pass" and "saw the test process end signaled" in odd["tampered"]
+    with_failures = {"status": "pass", "details": {"t": "boom"}, "test_process": {"ending": "exited"}}
+    odd = runner.reported(runner.exit_code("pass", "exited"), runner.READY + line(with_failures))
+    assert "pass with failed tests" in odd["tampered"]
+    # the ending in the details line must be the one the exit status carries
+    lied = runner.reported(runner.exit_code("timeout", "running"), runner.READY + line(
+        {"status": "timeout", "details": {}, "test_process": {"ending": "exited"}}))
+    assert "does not match" in lied["tampered"] and lied["test_process"] == "running"
+    early = runner.reported(runner.exit_code("timeout", "exited"), runner.READY + line(
+        {"status": "timeout", "details": {}, "test_process": {"ending": "exited", "exitcode": 0, "seconds": 0.4}}))
+    assert (early["test_process"], early["test_exitcode"], early["test_seconds"]) == ("exited", 0, 0.4)
+    assert "tampered" not in early
+    assert [runner.decode(runner.exit_code(v, e)) for v in runner.VERDICTS for e in runner.ENDINGS] == \
+        [(v, e) for v in runner.VERDICTS for e in runner.ENDINGS]
+    assert runner.decode(0) is None and runner.decode(runner.HARNESS_ERROR) == ("harness_error", "")
     # the words the two sides share agree (the runner must stay self-contained)
     assert (runner.FRAME, runner.READY) == (FRAME, READY)
 

@@ -461,3 +461,66 @@ def task_func(a, b):
     r = episode(tmp_path, work_root, code, memory_mb=2048)
     assert r.outcome_detail in ("fail", "timeout")
     assert SandboxCgroup.live() == [] and leftovers() == before
+
+
+# The code under test is a fork of the checker. Were the checker dumpable, a process of the code
+# could open its /proc/<pid>/mem (same uid, no Yama) and rewrite what it is about to report: here
+# the interned string "fail" (the checker's status) to read "pass" and to hash as "pass", so the
+# checker's own table gives it the exit code of a pass. CPython 3.11 layout of a compact ASCII
+# string: its cached hash at offset 24, its bytes at the end of the object.
+REWRITE = """
+import os, struct, sys
+def rewrite(pid):
+    text = 'fail'
+    try:
+        with open('/proc/%d/mem' % pid, 'r+b', buffering=0) as mem:
+            mem.seek(id(text) + 24)
+            mem.write(struct.pack('=q', hash('pass')))
+            mem.seek(id(text) + sys.getsizeof(text) - len(text) - 1)
+            mem.write(b'pass')
+        return 'REWROTE'
+    except OSError as exc:
+        return type(exc).__name__
+"""
+
+
+def test_rewriting_the_checkers_memory_is_refused(tmp_path, work_root):
+    code = REWRITE + """
+outcome = rewrite(os.getppid())
+raise RuntimeError('mem:' + outcome)
+def task_func(a, b):
+    return a + b
+"""
+    r = play(tmp_path, work_root, code)
+    assert not r.success and r.outcome_detail == "fail", r.info
+    assert reason(r) == "loading the code: mem:PermissionError", r.info
+
+
+@pytest.mark.parametrize("how", ["os._exit(0)", "os._exit(3)", "os.kill(os.getpid(), 9)"])
+def test_ending_the_test_process_early_is_a_failure_of_its_own(tmp_path, work_root, how):
+    """bigcodebench records a test process that ended without a status as a timeout; the
+    checker saw it end well before the limit: a failure with its own class and detail."""
+    code = f"import os\n{how}\ndef task_func(a, b):\n    return a + b\n"
+    r = play(tmp_path, work_root, code)
+    assert (r.outcome, r.outcome_detail) == ("failure", "early_exit"), r.info
+    said = {"os._exit(0)": "exit code 0", "os._exit(3)": "exit code 3", "os.kill(os.getpid(), 9)": "signal 9"}[how]
+    assert f"without a result ({said})" in reason(r) and "time limit" not in reason(r), reason(r)
+    assert r.info["exec_s"] < TIME_LIMIT, r.info  # not the time limit: it ended early
+    assert not r.errors and not r.info.get("channel_tampered")
+
+
+def test_what_stays_inherent_a_pass_forged_inside_the_test_process(tmp_path, work_root):
+    """The tests run in the code's own process (bigcodebench's design): code that sets the
+    checker's shared status to success and leaves is a pass, here as upstream. Documented in
+    docs/sandboxes.md; the checker's own memory, exit status and channel stay out of reach."""
+    code = """
+import gc, os
+for obj in gc.get_objects():
+    if type(obj).__name__ == 'Synchronized' and getattr(obj, 'value', None) == 3:  # bigcodebench's _UNKNOWN
+        obj.value = 0                                                               # its _SUCCESS
+os._exit(0)
+def task_func(a, b):
+    return a - b
+"""
+    r = play(tmp_path, work_root, code)
+    assert r.success and r.outcome_detail == "pass", r.info

@@ -18,7 +18,7 @@ from memrl_envs.lifelong_os.episode import ENV_ERROR, FAILED, LLM_ERROR, SUCCESS
 from memrl_envs.lifelong_os.prompts import FINISH, INVALID_MARK, build_prompt, format_observation, parse_action
 from memrl_envs.lifelong_os.rootfs import RootfsSpec, _debian_uris
 from memrl_envs.lifelong_os.settings import LifelongOsSettings
-from memrl_envs.lifelong_os.shell import CommandResult, ShellError
+from memrl_envs.lifelong_os.shell import CommandResult, ShellError, ShellLost
 from data_paths import LIFELONG_OS
 
 CONFIGS = str(Path(__file__).resolve().parents[3] / "configs")
@@ -275,6 +275,31 @@ def test_a_broken_system_is_an_env_error_not_a_crash(data_file):
     env = os_env(data_file, agent="gold", shell_factory=no_system)
     res = env.solve(env.tasks()[0], [], None, seed=0)
     assert res.outcome == res.outcome_detail == ENV_ERROR and res.steps == 0 and "did not start" in res.errors[0]
+
+
+@pytest.mark.parametrize("frozen, detail", [(False, "sandbox_killed"), (True, "sandbox_frozen")])
+def test_a_shell_lost_during_the_check_after_the_agents_commands_is_the_tasks_failure(data_file, frozen, detail):
+    """Something the agent left behind (`(sleep 5; kill -9 -1) &`) takes the shell down while
+    the task's check runs: the agent's failure, no error, nothing against max_error_rate."""
+    from memrl.control.guards import counts_against_error_rate, error_rate_problem
+
+    class LostAtCheck(FakeShell):
+        def run(self, script, timeout_s):
+            if script == "id bob":
+                self.ran.append(script)
+                raise ShellLost("the shell is gone" if not frozen else "the shell did not answer", frozen=frozen)
+            return super().run(script, timeout_s)
+
+    env = make_env(data_file, LostAtCheck())
+    res = env.solve(env.tasks()[0], [], FakeLLM(["(sleep 5; kill -9 -1) &", "Action: finish"]), seed=0)
+    assert (res.outcome, res.outcome_detail) == ("failure", detail) and not res.success
+    assert res.errors == [] and res.info["eval_output"].startswith("the task's check could not run")
+    records = [{"errors": res.errors, "info": res.info}] * 4
+    assert not counts_against_error_rate(records[0])
+    assert error_rate_problem(records, epoch=1, batch=1, errored_before=0, epoch_size=4, max_rate=0.0) is None
+    # the agent ran no command: the system broke on its own, the environment's error
+    res = make_env(data_file, LostAtCheck()).solve(env.tasks()[0], [], FakeLLM(["Action: finish"]), seed=0)
+    assert res.outcome_detail == ENV_ERROR and "ShellError" in res.errors[0]
 
 
 def test_command_timeout_reaches_the_shell(data_file):

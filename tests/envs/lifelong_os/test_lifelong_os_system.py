@@ -416,3 +416,18 @@ def test_an_agent_that_breaks_its_own_sandbox_fails_its_task_not_the_environment
     assert result.transcript[-1].observation.startswith("The system stopped responding")
     assert time.monotonic() - start < 1 + _GRACE_S + 20  # the frozen shell is given up on, then killed
     assert_fresh_system(rootfs)  # and nothing of it is left for the next episode
+
+
+def test_a_kill_the_agent_armed_for_the_check_fails_its_task_not_the_environment(rootfs):
+    """Before: a delayed `kill -9 -1` the agent left running, firing while the task's check ran,
+    was recorded as env_error ("the shell is gone") and counted against runner.max_error_rate."""
+    from memrl.control.guards import counts_against_error_rate
+
+    env = make_env(rootfs, command_timeout_s=5)
+    start = time.monotonic()
+    result = episode(env, "(sleep 1; kill -9 -1) >/dev/null 2>&1 &", check="sleep 4; true")
+    assert (result.outcome, result.outcome_detail) == ("failure", "sandbox_killed"), result.info
+    assert result.errors == [] and not counts_against_error_rate({"errors": result.errors, "info": result.info})
+    assert "the task's check could not run" in result.info["eval_output"]
+    assert time.monotonic() - start < 15
+    assert_fresh_system(rootfs)

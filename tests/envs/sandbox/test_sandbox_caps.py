@@ -52,7 +52,7 @@ needs_cgroups = pytest.mark.skipif(not cgroup_support().enforced,
 def test_a_sandbox_cgroup_caps_joins_and_goes_away():
     cg = SandboxCgroup.create(memory_mb=64, pids_max=20, split={"srv": None, "cmd": 8})
     try:
-        assert set(cg.groups) == set(cgroup_support().enforced) and cg.missing == {}
+        assert set(cg.groups) == set(cgroup_support().enforced) - {"tcp"} and cg.missing == {}
         paths = {g.path for g in cg.groups.values()}
         if "memory" in cg.groups:
             g = cg.groups["memory"]
@@ -203,3 +203,45 @@ def test_a_sandboxed_process_cannot_open_more_files_than_its_limit(tmp_path):
     opened, errno = out.stdout.split()
     assert int(errno) == 24 and 200 <= int(opened) < 256  # EMFILE at the limit (less stdio and the like)
     assert peak[0] - before < 256 + 200  # the host's table: the limit plus the sandbox's own plumbing
+
+
+def test_tcp_buffers_count_as_memory_and_the_hosts_tcp_pool_bounds_the_sandboxes():
+    """cgroup v1 caps a sandbox's TCP buffers beside its memory cap: the fit adds them to its
+    memory, and the sandboxes' caps together must fit half of the host's TCP memory below its
+    pressure threshold (net.ipv4.tcp_mem)."""
+    pages = 2**20 // 4096
+    plan = plan_parallel(8, memory_mb_each=512, disk_mb_each=1, disk_path="/x", memory_capped=True,
+                         host=host(64_000), tcp_mb_each=16, tcp=(100 * pages + 4 * pages, 4 * pages))
+    assert plan.granted == 3 and "TCP memory bound" in plan.reason and "+ 16 MB of TCP buffers" in plan.reason
+    assert (plan.facts()["tcp_mb_each"], plan.facts()["tcp_budget_mb"]) == (16, 50)
+    by_memory = plan_parallel(8, memory_mb_each=1008, disk_mb_each=1, disk_path="/x", memory_capped=True,
+                              host=host(5_120), tcp_mb_each=16, tcp=(10_000 * pages, 0))
+    assert by_memory.granted == 4 and "memory bound" in by_memory.reason  # 4,096 MB / (1,008 + 16)
+    unbounded = plan_parallel(8, memory_mb_each=512, disk_mb_each=1, disk_path="/x", memory_capped=True,
+                              host=host(64_000), tcp=(100 * pages, 99 * pages))
+    assert unbounded.granted == 8  # no cap of its own (cgroup v2: in the memory cap)
+
+
+@needs_cgroups
+def test_a_sandbox_cgroup_caps_its_tcp_buffers():
+    cg = SandboxCgroup.create(memory_mb=64, pids_max=20, tcp_mb=8)
+    try:
+        memory = cg.groups.get("memory")
+        if memory is None:
+            pytest.skip("no memory cgroup here")
+        if memory.version == 1:
+            assert int((memory.path / "memory.kmem.tcp.limit_in_bytes").read_text()) == 8 * 2**20
+        assert "tcp" in cg.facts() and cg.missing == {}
+        assert "tcp" in cgroup_support().enforced
+    finally:
+        cg.close()
+
+
+def test_on_cgroup_v2_tcp_buffers_are_in_the_memory_cap(tmp_path, monkeypatch):
+    from memrl_envs.sandbox import cgroups
+
+    fake_cgroup2(tmp_path, monkeypatch)
+    monkeypatch.setattr(cgroups.os, "geteuid", lambda: 0)
+    cg = SandboxCgroup.create(memory_mb=128, pids_max=40, tcp_mb=8)
+    assert cg.facts()["tcp"] == "cgroup v2: charged to the memory cap" and cg.missing == {}
+    cg.groups.clear()

@@ -26,7 +26,9 @@ Needs root (both modes), bubblewrap, the Lifelong-OS root file system for the ro
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -47,6 +49,7 @@ from typing import Callable
 
 import pytest
 
+import sandbox_probe
 from memrl.core.rundir import RunDir
 from memrl_envs.sandbox import SandboxCgroup, bwrap_available, cgroup_support
 
@@ -60,6 +63,7 @@ MEMORY_MARGIN_MB = 768   # other work on the machine moves its free memory
 DISK_MARGIN_MB = 512
 SEED_MB = 8              # what a sandbox's folders on the host may hold: the seed of its work folder
 CASE_TIMEOUT_S = 12
+TCP_MARGIN_MB = 16       # other sockets of the machine move the host's TCP memory (and a charge may overshoot)
 FILE_TABLE_SHARE_MAX = 0.2  # of fs.file-max, one sandbox at its process cap (the fit check allows half for all)
 
 _WHY = bwrap_available()
@@ -165,6 +169,9 @@ class Sampler:
         self.host_uids: dict[str, int] = {}      # name -> host uid of the processes inside
         self.files0 = self.files_peak = open_files()     # the host's file table (fs/file-nr)
         self.rss0 = self.rss_peak = harness_rss_mb()     # the harness's own memory
+        self.tcp0 = self.tcp_peak = host_socket_pages("TCP")  # the host's TCP memory (all sockets)
+        self.udp0 = self.udp_peak = host_socket_pages("UDP")  # ... and its UDP memory
+        self.cg_tcp_peak = 0                             # the sandboxes' TCP memory, from their groups
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -196,6 +203,9 @@ class Sampler:
                         self.filtered += 1
             self.files_peak = max(self.files_peak, open_files())
             self.rss_peak = max(self.rss_peak, harness_rss_mb())
+            self.tcp_peak = max(self.tcp_peak, host_socket_pages("TCP"))
+            self.udp_peak = max(self.udp_peak, host_socket_pages("UDP"))
+            self.cg_tcp_peak = max(self.cg_tcp_peak, max((cg.tcp_peak_bytes() or 0 for cg in live), default=0))
             self.samples += 1
             self._stop.wait(0.02)
 
@@ -217,7 +227,10 @@ class Sampler:
                 "processes_unfiltered": sorted(self.unfiltered), "process_samples_filtered": self.filtered,
                 "host_uids": dict(sorted(self.host_uids.items())),
                 "host_open_files_rise": self.files_peak - self.files0,
-                "harness_rss_rise_mb": round(self.rss_peak - self.rss0, 1)}
+                "harness_rss_rise_mb": round(self.rss_peak - self.rss0, 1),
+                "host_tcp_memory_rise_mb": round((self.tcp_peak - self.tcp0) * 4096 / 2**20, 1),
+                "host_udp_memory_rise_mb": round((self.udp_peak - self.udp0) * 4096 / 2**20, 1),
+                "cgroup_tcp_peak_mb": round(self.cg_tcp_peak / 2**20, 1)}
 
 
 def memory_limit_bytes(cg) -> int | None:
@@ -248,6 +261,15 @@ def open_files() -> int:
 
 def file_max() -> int:
     return int(Path("/proc/sys/fs/file-max").read_text())
+
+
+def host_socket_pages(proto: str) -> int:
+    """The TCP or UDP memory of the whole host (every socket, every network namespace), in pages."""
+    for line in Path("/proc/net/sockstat").read_text().splitlines():
+        if line.startswith(f"{proto}:"):
+            words = line.split()
+            return int(words[words.index("mem") + 1])
+    raise AssertionError(f"no {proto} line in /proc/net/sockstat")
 
 
 def harness_rss_mb() -> float:
@@ -491,14 +513,15 @@ class RootfsBackend:
                                                     command_timeout_s=CASE_TIMEOUT_S,
                                                     observation_max_chars=100_000),
                                  agent="gold", shell_factory=shell)
-        from memrl_envs.lifelong_os.shell import overlay_facts
+        from memrl_envs.lifelong_os.shell_facts import overlay_facts
 
         self.facts = overlay_facts(upper_size_mb=DISK_CAP_MB, pids_max=PIDS_CAP, memory_mb=MEMORY_CAP_MB,
-                                   max_parallel=1)
+                                   max_parallel=1, rootfs=rootfs)
         from memrl_envs.sandbox import HOST_BASE, ID_COUNT, userns_available
+        from memrl_envs.sandbox.userns import RANGES
 
         # where the host cannot map ids, the facts say so and root inside is host root
-        self.host_uid_range = (HOST_BASE, HOST_BASE + ID_COUNT) if userns_available() is None else (0, 1)
+        self.host_uid_range = (HOST_BASE, HOST_BASE + RANGES * ID_COUNT) if userns_available() is None else (0, 1)
 
     def run(self, script: str) -> Outcome:
         from memrl_envs.lifelong_os.episode import Action, OsTask
@@ -810,9 +833,10 @@ def check_keyring(c: Ctx, out: Outcome) -> None:
 
 
 def case_syscalls(c: Ctx) -> str:
-    # calls the filter refuses, each tried for real with arguments that would work unfiltered
-    # (perl's syscall): bpf map create, perf_event_open on itself, userfaultfd, io_uring_setup,
-    # ptrace of its parent, unshare of a user namespace, keyctl, a 32-bit int 0x80 getpid
+    # calls the filter refuses, tried with perl's syscall: bpf map create, perf_event_open on
+    # itself, userfaultfd, io_uring_setup, ptrace of its parent, unshare of a user namespace.
+    # Some of them an unprivileged sandbox could not make even unfiltered: the probe with a
+    # control run is test_the_filter_refuses_what_the_same_sandbox_does_without_it
     perl = ("my %r; my $attr = pack('LLLLL', 2, 4, 4, 1, 0) . (\"\\0\" x 100); "
             "$r{bpf} = syscall(321, 0, $attr, 120); "
             "my $pe = pack('LLQ', 1, 112, 0) . (\"\\0\" x 96); $r{perf} = syscall(298, $pe, 0, -1, -1, 0); "
@@ -855,7 +879,62 @@ def check_harness_flood(c: Ctx, out: Outcome) -> None:
     assert len(out.output) < 2_000_000, len(out.output)  # what the harness kept: its caps
 
 
+def case_socket_flood(c: Ctx) -> str:
+    # inside the sandbox's own network namespace, over loopback (60 descriptors each, within a
+    # root-file-system episode's 128): 30 UDP sockets with 4 MB receive buffers, each sent 6 MB
+    # of datagrams it never reads; then 30 TCP connections, each written to without being read
+    # (up to 16 MB each). All held open. Without the cap the host's socket memory rose by the
+    # sum (issue 32: +1.5 GB TCP with the sandbox's memory cgroup charged ~0).
+    perl = ("use IO::Socket::INET; use Socket; my ($u, $total, @held) = (0, 0); my $d = 'y' x 60000; "
+            "for (1..30) { my $r = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, "
+            "Proto => 'udp') or last; $r->setsockopt(SOL_SOCKET, SO_RCVBUF, 4194304); "
+            "my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $r->sockport, Proto => 'udp') "
+            "or last; $s->blocking(0); for (1..100) { syswrite($s, $d) or last; } push @held, $r, $s; $u++; } "
+            "print \"flooded $u udp sockets\\n\"; my $l = IO::Socket::INET->new(Listen => 64, "
+            "LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp') or die \"listen: $!\"; "
+            "my $buf = 'x' x 262144; for (1..30) { my $c = IO::Socket::INET->new(PeerAddr => '127.0.0.1', "
+            "PeerPort => $l->sockport, Proto => 'tcp') or last; my $s = $l->accept or last; $c->blocking(0); "
+            "for (1..64) { my $n = syswrite($c, $buf); last unless $n; $total += $n; } push @held, $c, $s; } "
+            "printf(\"queued %d MB on %d tcp connections\\n\", $total / 1048576, (@held - 2 * $u) / 2); sleep 1;")
+    return f"perl -e {shlex.quote(perl)} 2>&1; echo end"
+
+
+def check_socket_flood(c: Ctx, out: Outcome) -> None:
+    facts = REPORT[c.host["current"]]
+    assert "on 30 tcp connections" in out.output and "flooded 30 udp" in out.output, out.output  # it did flood
+    caps = c.host["backend_facts"]
+    if "tcp" not in caps["enforced"]:
+        pytest.skip(f"no socket buffer cap here: {caps['missing']['tcp']}")  # named on the card, never silent
+    # cgroup v1: a cap of its own, which counts UDP buffers too; v2: the memory cap holds them
+    cap_mb = caps["tcp_mb_outside_memory"] or MEMORY_CAP_MB
+    queued = int(out.output.split("queued ")[1].split()[0])
+    assert queued <= cap_mb + TCP_MARGIN_MB, out.output   # what the sandbox could queue
+    rise = facts["host_tcp_memory_rise_mb"] + facts["host_udp_memory_rise_mb"]
+    assert rise <= cap_mb + TCP_MARGIN_MB, facts           # the host's pools, all sockets
+    assert facts["cgroup_tcp_peak_mb"] <= cap_mb + TCP_MARGIN_MB, facts
+
+
+def case_kernel_buffers(c: Ctx) -> str:
+    # unix stream socket pairs and pipes filled and held: their buffers are kernel memory
+    perl = ("use Socket; my ($t, @held) = (0); my $buf = 'x' x 65536; for (1..40) { "
+            "socketpair(my $a, my $b, AF_UNIX, SOCK_STREAM, 0) or last; $a->blocking(0); "
+            "while (my $n = syswrite($a, $buf)) { $t += $n; } push @held, $a, $b; "
+            "pipe(my $r, my $w) or last; $w->blocking(0); while (my $n = syswrite($w, $buf)) { $t += $n; } "
+            "push @held, $r, $w; } printf(\"queued %d MB\\n\", $t / 1048576); sleep 1;")
+    return f"perl -MIO::Handle -e {shlex.quote(perl)} 2>&1; echo end"
+
+
+def check_kernel_buffers(c: Ctx, out: Outcome) -> None:
+    facts = REPORT[c.host["current"]]
+    queued = int(out.output.split("queued ")[1].split()[0])
+    assert queued >= 5, out.output
+    if "memory" in cgroup_support().enforced:  # charged to the sandbox's memory cgroup, read on the host
+        assert facts["cgroup_memory_peak_mb"] >= 0.8 * queued, (queued, facts)
+
+
 CASES: dict[str, tuple[Callable[[Ctx], str], Callable[[Ctx, Outcome], None]]] = {
+    "socket_flood": (case_socket_flood, check_socket_flood),
+    "kernel_buffers": (case_kernel_buffers, check_kernel_buffers),
     "file_table": (case_file_table, check_file_table),
     "harness_flood": (case_harness_flood, check_harness_flood),
     "cgroup_escape": (case_cgroup_escape, check_cgroup_escape),
@@ -906,6 +985,7 @@ def test_hostile_case_is_contained(case, backend, host, monkeypatch):
     facts = {**sampler.facts(), "seconds": round(out.seconds, 2)}
     REPORT[f"{backend.name}/{case}"] = facts
     host["current"] = f"{backend.name}/{case}"
+    host["backend_facts"] = backend.facts
     # memory and processes, as the host saw them
     assert facts["cgroup_memory_peak_mb"] <= MEMORY_CAP_MB, facts
     assert facts["host_memory_drop_mb"] <= MEMORY_CAP_MB + MEMORY_MARGIN_MB, facts
@@ -914,6 +994,8 @@ def test_hostile_case_is_contained(case, backend, host, monkeypatch):
     assert facts["host_disk_drop_mb"] <= DISK_MARGIN_MB, facts
     if "memory" in cgroup_support().enforced:  # the cap itself never moved
         assert facts["cgroup_memory_limits_mb"] == [MEMORY_CAP_MB], facts
+    if ctypes.util.find_library("seccomp") is not None:  # the filter is built wherever libseccomp is
+        assert "syscall_filter" in backend.facts["enforced"], backend.facts["missing"]
     if "syscall_filter" in backend.facts["enforced"]:  # every process of the sandbox ran filtered
         assert facts["processes_unfiltered"] == [] and facts["process_samples_filtered"] > 0, facts
     # root inside is nobody outside: every process of the case runs as an unprivileged host uid
@@ -952,3 +1034,80 @@ def test_caps_are_reported_enforced_or_missing(backend):
         assert (cap in caps["enforced"]) == (cap in support.enforced), (caps, support)
     assert "/proc/sys" in caps["kernel_interfaces"]["read_only"]
     assert caps["parallel"]["granted"] >= 1
+
+
+@pytest.mark.skipif(sandbox_probe.why_not() is not None, reason=f"no probe here: {sandbox_probe.why_not()}")
+def test_the_filter_refuses_what_the_same_sandbox_does_without_it(backend, monkeypatch):
+    """A program making the calls the filter refuses: in the sandbox as it runs, each is refused
+    (a 32-bit call kills the process); in the same sandbox with the filter off (the control
+    run), every call an unprivileged process may make succeeds. fsopen, move_mount and clone
+    with CLONE_NEWNS alone need CAP_SYS_ADMIN, which no sandbox holds: the filter's answer to
+    them is shown on the host (tests/envs/sandbox/test_seccomp.py)."""
+    from memrl_envs.lifelong_os import shell as os_shell
+    from memrl_envs.sandbox import isolate
+
+    assert "syscall_filter" in backend.facts["enforced"], backend.facts["missing"]
+    script = sandbox_probe.shell_script()
+    filtered = sandbox_probe.parse(backend.run(script).output)
+    expected = {"getpid": "ok", "clone3": f"refused {errno.ENOSYS}",
+                **{name: "killed 31" for name in sandbox_probe.KILLED},  # SIGSYS: the whole process
+                **{name: f"refused {errno.EPERM}" for name in sandbox_probe.REFUSED_EPERM}}
+    monkeypatch.setattr(isolate, "filter_fd", lambda: None)
+    monkeypatch.setattr(os_shell, "filter_fd", lambda: None)
+    control = sandbox_probe.parse(backend.run(script).output)
+    REPORT[f"{backend.name}/syscall_probe"] = {"filtered": filtered, "control_no_filter": control}
+    assert filtered == expected, filtered
+    assert {name: control.get(name) for name in sandbox_probe.UNPRIVILEGED_OK} == \
+        {name: "ok" for name in sandbox_probe.UNPRIVILEGED_OK}, control
+
+
+def inotify_instances(pids) -> int:
+    """Inotify instances the processes hold, counted on the host from their descriptors."""
+    n = 0
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                n += os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:inotify"
+            except OSError:
+                pass
+    return n
+
+
+def host_uids_of(pids) -> set[int]:
+    return {u for u in (host_uid(p) for p in pids if not in_host_pid_namespace(p)) if u is not None}
+
+
+def test_an_episode_exhausting_a_per_uid_limit_leaves_another_live_episode_its_own(tmp_path):
+    """The kernel counts inotify instances per host uid across user namespaces (here
+    fs.inotify.max_user_instances). Two live episodes: the first takes every instance its
+    host uid may have; the second must still get one (before: both were host uid 3,000,000,
+    and the second got EMFILE). Judged from the host: the first's processes hold the limit's
+    instances, the two episodes' host uids are disjoint."""
+    from memrl_envs.lifelong_os.shell import OverlayShell
+    from memrl_envs.sandbox import userns_available
+
+    rootfs = _rootfs()
+    if rootfs is None or userns_available() is not None:
+        pytest.skip("no Lifelong-OS root file system or mapped user namespace here (make rootfs; needs root)")
+    limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
+    per_process = 100  # under the episode's 128 open files per process
+    procs = -(-limit // per_process) + 1
+    hog = (f"for i in $(seq {procs}); do perl -e 'my $n = 0; $n++ while syscall(294, 0) >= 0; "
+           "print \"held $n\\n\"; sleep 60' & done; sleep 2")
+    probe = "perl -e 'my $fd = syscall(294, 0); print $fd >= 0 ? \"got one\\n\" : \"refused \" . ($! + 0) . \"\\n\"'"
+    shell = dict(scratch_dir=tmp_path, upper_size_mb=DISK_CAP_MB, memory_mb=MEMORY_CAP_MB, pids_max=PIDS_CAP,
+                 shm_mb=TMP_MB)
+    with OverlayShell(rootfs, **shell) as first, OverlayShell(rootfs, **shell) as second:
+        held = first.run(hog, CASE_TIMEOUT_S).output
+        holding = inotify_instances(first.cgroup.procs())
+        answer = second.run(probe, CASE_TIMEOUT_S).output
+        uids_first, uids_second = host_uids_of(first.cgroup.procs()), host_uids_of(second.cgroup.procs())
+    REPORT["rootfs/inotify_across_episodes"] = {"limit": limit, "first_holds": holding, "second": answer.strip(),
+                                                "first_uids": sorted(uids_first), "second_uids": sorted(uids_second)}
+    assert holding == limit, (held, holding)   # the first episode took all its uid may have
+    assert answer.strip() == "got one", REPORT["rootfs/inotify_across_episodes"]
+    assert uids_first and uids_second and not uids_first & uids_second
