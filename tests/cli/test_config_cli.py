@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from data_paths import ALFWORLD
 from memrl.cli import main as memrl_main
 
 REPO = Path(__file__).resolve().parents[2]
-ALFWORLD = REPO.parent / "shared" / "data" / "alfworld"
 FIXTURES = REPO / "tests" / "fixtures" / "configs"
 TINY = ["env=tiny", "embedder=hashing", f"hydra.searchpath=[file://{FIXTURES}]"]
 
