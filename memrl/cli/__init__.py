@@ -19,6 +19,11 @@
 
 Installed as a console script by `make setup` ([project.scripts] in pyproject.toml); without
 it, `python -m memrl.cli <subcommand> ...` is the same.
+
+What there is to choose: the benchmarks are configs/env/, the memory methods configs/memory/
+(docs/methods.md), the models configs/llm/ and configs/embedder/, the paper's and the official
+code's presets configs/experiment/; `memrl config <overrides>` prints every key with its
+default and meaning; `memrl <command> --help` describes a command. README.md starts there.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from __future__ import annotations
 import sys
 from typing import Callable, Sequence
 
-USAGE = __doc__.split("\n\n")[1]
+USAGE = "\n\n".join(__doc__.split("\n\n")[1:])
 
 
 def _run(argv: list[str]) -> int:

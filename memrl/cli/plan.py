@@ -102,8 +102,12 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m memrl.cli pla
                                  epilog="Any other argument is a Hydra override of the run.")
     ap.add_argument("-m", "--multirun", action="store_true", help="the overrides are a sweep")
     ap.add_argument("--from", dest="from_dir", type=Path, help="estimate from this run, no pilot")
-    ap.add_argument("--pilot-tasks", type=int, default=DEFAULT_PILOT_TASKS)
-    ap.add_argument("--pilot-dir", type=Path, default=Path("runs/.plan"))
+    ap.add_argument("--pilot-tasks", type=int, default=DEFAULT_PILOT_TASKS,
+                    help=f"how many tasks the pilot plays (one epoch) to measure calls, tokens and seconds per "
+                         f"episode (default {DEFAULT_PILOT_TASKS}; more: a steadier estimate, more spent)")
+    ap.add_argument("--pilot-dir", type=Path, default=Path("runs/.plan"),
+                    help="where the pilot runs are kept (their answers stay in the response cache, so the real "
+                         "run gets them free); default runs/.plan")
     ap.add_argument("--chars-per-token", type=float, default=4.0)
     ap.add_argument("--call-seconds", type=float, help="seconds per model call (else the pilot's)")
     ap.add_argument("--json", type=Path, help="also write the plan here")

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import gc
 import logging
+import shutil
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -29,6 +31,7 @@ from memrl.core.storage import StorageError
 from memrl.journal.runcard import FINISHED, RunCard
 
 log = logging.getLogger("memrl.control.session")
+_PROCESS_START = time.time() - 1.0  # files this process made are younger (a second of slack)
 
 
 def freeze_startup_heap() -> None:
@@ -73,16 +76,82 @@ def execute(cfg: DictConfig, run_dir: Path | RunDir) -> dict[str, Any]:
     v = validate(cfg)  # every section, before the run directory or its lock is touched
     config = full_config(cfg, v)  # what the card records and a resume compares
     warn_seed(v)
-    rd = RunDir(run_dir).mkdir()
-    with RunLock(rd.lock, run_dir=rd.root):  # before anything reads the run's state
-        card = RunCard.resume(rd, config)  # before any object is built or model called
-        write_hydra_record(rd, cfg)
-        tripwire = Tripwire()
-        signals = StopSignals(tripwire).install()
+    rd = RunDir(run_dir)
+    new = not rd.card.exists()  # no run here yet (Hydra may have made the folder and its log)
+    before = set(rd.root.iterdir()) if rd.root.is_dir() else set()
+    rd.mkdir()
+    try:
+        with RunLock(rd.lock, run_dir=rd.root):  # before anything reads the run's state
+            card = RunCard.resume(rd, config)  # before any object is built or model called
+            say_where(rd, card, v.runner.epochs)
+            write_hydra_record(rd, cfg)
+            tripwire = Tripwire()
+            signals = StopSignals(tripwire).install()
+            try:
+                return _execute(cfg, v, config, rd, card, tripwire, signals)
+            finally:
+                signals.restore()
+    except ConfigError:
+        if new and not rd.episodes.exists():  # refused before anything was played: leave nothing
+            remove_launch(rd, before)
+        raise
+
+
+def remove_launch(rd: RunDir, before: set[Path]) -> None:
+    """What a refused launch made in a folder that held no run: every entry that was not there
+    before it, then Hydra's log and the folder itself if this process made them and nothing
+    else is left. Nothing that was there before is touched."""
+    for path in set(rd.root.iterdir()) - before:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    started = _PROCESS_START
+    left = list(rd.root.iterdir())
+    if all(p.name == "run.log" and p.stat().st_mtime >= started and p.stat().st_ctime >= started for p in left):
+        for p in left:
+            p.unlink(missing_ok=True)
         try:
-            return _execute(cfg, v, config, rd, card, tripwire, signals)
-        finally:
-            signals.restore()
+            rd.root.rmdir()
+        except OSError:
+            pass
+
+
+def say_where(rd: RunDir, card: "RunCard | None", epochs: int) -> None:
+    """One line at start: a new run, a run resumed (and how much of it is committed), or a
+    finished run that has nothing left to do."""
+    if card is None:
+        log.info("new run: %s", rd.root)
+        return
+    n, last = _committed(rd)
+    status = card.data.get("status")
+    if status == FINISHED and last >= epochs:
+        log.info("finished run: %s already holds its %d epochs (%d episodes); nothing to run "
+                 "(runner.epochs above %d extends it)", rd.root, last, n, epochs)
+    elif n == 0:
+        log.info("resuming %s (status %s): no episode committed yet", rd.root, status)
+    else:
+        log.info("resuming %s (status %s): %d episodes committed, the last in epoch %d of %d",
+                 rd.root, status, n, last, epochs)
+
+
+def _committed(rd: RunDir) -> tuple[int, int]:
+    """(episodes committed, the epoch of the last one) from the records' lines; only the last
+    line is parsed."""
+    import json
+
+    n, tail = 0, b""
+    try:
+        with open(rd.episodes, "rb") as fh:
+            for line in fh:
+                if line.strip():
+                    n, tail = n + 1, line
+    except OSError:
+        return 0, 0
+    try:
+        return n, int(json.loads(tail).get("epoch", 0)) if tail else 0
+    except (ValueError, AttributeError):
+        return n, 0
 
 
 def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: "RunCard | None",

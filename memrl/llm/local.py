@@ -54,6 +54,8 @@ into the run card.
 
 from __future__ import annotations
 
+import sys
+
 import logging
 import threading
 import time
@@ -113,6 +115,36 @@ def speed_rates(counts: dict[str, Any]) -> dict[str, float | None]:
             "effective_prompt_tokens_per_s": per("prompt_tokens", "prompt_eval_s"),
             "decode_tokens_per_s": per("decode_tokens", "decode_s"),
             "reused_share": 1 - counts["prompt_tokens_evaluated"] / sent if sent else None}
+
+
+_LLAMA_LOG: list[Any] = []  # the installed log callback (kept alive for the C library)
+# lines llama.cpp logs at its error level that are no error: Gemma 3's sliding-window cache
+# notice, at every load (this llama.cpp build, 0.3.36)
+_NOT_ERRORS = (b"llama_kv_cache_iswa: using full-size SWA cache",)
+
+
+def quiet_llama_log() -> None:
+    """llama.cpp's own log, as a run wants it: its errors on stderr, nothing else (its
+    informational lines would break the progress bar and say nothing a user acts on; the SWA
+    cache notice it logs at error level at every load is dropped too, `_NOT_ERRORS`). Once per
+    process."""
+    if _LLAMA_LOG:
+        return
+    import ctypes
+
+    import llama_cpp
+
+    last = [0]
+
+    @llama_cpp.llama_log_callback
+    def callback(level: int, text: bytes, user_data: Any) -> None:
+        level = last[0] if level == 5 else level  # 5: the previous line continues
+        last[0] = level
+        if level == 3 and not text.startswith(_NOT_ERRORS):  # GGML_LOG_LEVEL_ERROR
+            sys.stderr.write(text.decode("utf-8", "replace"))
+
+    llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+    _LLAMA_LOG.append(callback)
 
 
 class LocalLlamaBackend:
@@ -193,6 +225,7 @@ class LocalLlamaBackend:
         if self._llm is None:
             from llama_cpp import Llama
 
+            quiet_llama_log()
             self._llm = Llama(
                 model_path=str(self._path()),
                 n_ctx=self.n_ctx,

@@ -83,10 +83,21 @@ def _rate_axis(ax: Any, integer_x: bool = True) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
+def tight(fig: Any) -> None:
+    """`fig.tight_layout()` without matplotlib's warning when a figure's labels cannot all fit
+    (the figure is saved as laid out; the warning said nothing a reader of the log can act on)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Tight layout not applied", category=UserWarning)
+        warnings.filterwarnings("ignore", message=".*tight_layout.*", category=UserWarning)
+        fig.tight_layout()
+
+
 def _save(fig: Any, path: Path) -> Path:
     plt = _plt()
     try:
-        fig.tight_layout()
+        tight(fig)
         fig.savefig(path, dpi=110)
     finally:
         plt.close(fig)

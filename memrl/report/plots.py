@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt
 
 from memrl.core.records import EpisodeRecord
 from memrl.metrics.compute import ZeroFail, calibration, csr_curve, forgetting_curve, mean_injected_q, q_bins, sr_curve
+from memrl.report.figures import tight
 
 
 @contextlib.contextmanager
@@ -39,7 +40,7 @@ def _figure(path: Path, xlabel: str, ylabel: str, title: str) -> Iterator[Any]:
         ax.set_title(title, fontsize=8)
         ax.set_ylim(-0.02, 1.02)
         ax.grid(True, alpha=0.3)
-        fig.tight_layout()
+        tight(fig)
         fig.savefig(path, dpi=100)
     finally:
         plt.close(fig)

@@ -414,9 +414,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--hang", type=float, default=30.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--expert", help="JSON file {first observation: [expert actions]}: expert reply mode")
-    ap.add_argument("--provider", action="store_true", help="hosted-provider emulation (module doc)")
-    ap.add_argument("--reasoning-scale", type=float, default=1.0, help="ProviderPlan.reasoning_scale")
-    ap.add_argument("--react-rate", type=float, default=0.3, help="ProviderPlan.react_rate")
+    ap.add_argument("--provider", action="store_true",
+                    help="answer as the hosted providers do (OpenAI and Gemini routes): their models, keys, "
+                         "refusals, hidden reasoning spent from the budget and bills (docs/hosted-models.md); "
+                         "without it, any model name gets a plain reply")
+    ap.add_argument("--reasoning-scale", type=float, default=1.0,
+                    help="multiplies every hidden reasoning draw of a reasoning model (0: none; large values "
+                         "make budgets run out, as a real provider's long thinking would)")
+    ap.add_argument("--react-rate", type=float, default=0.3,
+                    help="share of ALFWorld replies written as 'Thought: ... / Action: ...' rather than a bare command")
     ap.add_argument("--api-key", help="answer 401 to requests without this key")
     args = ap.parse_args(argv)
     plan = FaultPlan.mixed(args.fault_rate, latency_s=args.latency, retry_after_s=args.retry_after,

@@ -168,8 +168,12 @@ def test_cli_writes_metrics_and_plots(tmp_path: Path) -> None:
     _write_run(tmp_path)
     p = _cli(str(tmp_path))
     assert p.returncode == 0, p.stderr
-    printed = json.loads(p.stdout)
     on_disk = json.loads(RunDir(tmp_path).metrics.read_text())
+    # a summary a person reads first; every figure with --json
+    assert p.stdout.splitlines()[1].startswith("SR per epoch: 1: ") and len(p.stdout.splitlines()) < 10
+    assert f"Last {on_disk['last']:.3f}   CSR {on_disk['csr']:.3f}" in p.stdout
+    p = _cli(str(tmp_path), "--json", "--no-plots")
+    printed = json.loads(p.stdout)
     assert printed == on_disk
     assert on_disk["forgetting_mean"] == pytest.approx(0.5)
     assert on_disk["csr"] == pytest.approx(1.0)
