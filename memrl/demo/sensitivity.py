@@ -26,7 +26,8 @@ from typing import Sequence
 import numpy as np
 
 from memrl.core.seeding import derive_seed
-from memrl.memory.retrieval import PhaseBOptions, phase_a, rank_pool, tie_precedence, update_q
+from memrl.memory.retrieval import PhaseBOptions, phase_a, rank_pool, tie_precedence
+from memrl.memory.q_update import update_q
 
 TIES = ("oldest", "newest", "random")
 ORDERS = ("history", "shuffled")

@@ -20,7 +20,8 @@ from memrl.memory.bank import BankSettings
 from memrl.memory.base import BankedMemory, LearnItem, NewMemory
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.retrieval import (PhaseBOptions, TieRule, choose_key, epsilon_greedy, key_similarities, passes_gate,
-                                    phase_a, pool_by_intent, rank_pool, similarity_quantile, update_q)
+                                    phase_a, pool_by_intent, rank_pool, similarity_quantile)
+from memrl.memory.q_update import update_q
 from memrl.memory.writer import ExperienceWriter
 
 if TYPE_CHECKING:

@@ -186,8 +186,11 @@ def choose_key(sims: np.ndarray, *, threshold: float, orders: np.ndarray | None 
 
 @dataclass(frozen=True)
 class PhaseBOptions:
-    lam: float = 0.5
-    k2: int = 3
+    """What Phase B ranks by: λ and k2 have no default here (their one owner is the memory
+    module's settings, `memrl.memory.memrl.MemRLSettings`, and the benchmark's `retrieval`)."""
+
+    lam: float
+    k2: int
     normalize: bool = True  # False = the "w/o Norm" ablation: raw sim and Q are mixed
     sim_mean: float | None = None  # official-code switch: fixed similarity statistics
     sim_std: float | None = None
@@ -232,12 +235,6 @@ def epsilon_greedy(ranked: np.ndarray, k: int, epsilon: float, rng: np.random.Ge
         pick = rng.choice(ranked.size, size=min(k, ranked.size), replace=False)
         return ranked[pick if random_order else np.sort(pick)]
     return ranked[:k]
-
-
-def update_q(q: float, reward: float, alpha: float, floor: float | None = None) -> float:
-    """Monte-Carlo style utility update Q ← Q + α(r − Q), optionally floored."""
-    new = q + alpha * (reward - q)
-    return max(new, floor) if floor is not None else new
 
 
 def similarity_quantile(emb: np.ndarray, quantile: float = 0.8, max_items: int = 4000,

@@ -240,7 +240,7 @@ def _alfworld_tasks(cache: Path, n: int) -> list:
 def test_alfworld_run_with_20_percent_faults_records_everything(tmp_path):
     from memrl.env.memory_block import MEMORY_OPEN
     from memrl.memory.bank import ChromaBank
-    from memrl.memory.retrieval import update_q
+    from memrl.memory.q_update import update_q
 
     cache, run_dir = tmp_path / "cache", tmp_path / "run"
     n_tasks, epochs, max_steps = 4, 2, 10

@@ -15,9 +15,9 @@ from memrl.memory.retrieval import (
     pool_by_intent,
     rank_pool,
     similarity_quantile,
-    update_q,
     zscore,
 )
+from memrl.memory.q_update import update_q
 
 
 def test_phase_a_gate_keeps_only_sims_above_delta():

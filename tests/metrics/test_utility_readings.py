@@ -8,7 +8,7 @@ import pytest
 
 from memrl.core.records import EpisodeRecord
 from memrl.metrics.compute import compute_metrics
-from memrl.memory.retrieval import update_q
+from memrl.memory.q_update import update_q
 from memrl.metrics.utility import _auc, _ranks, _spearman, injected_from_success, q_prospective, q_success
 
 
