@@ -1,7 +1,6 @@
-"""Readings of the utility-against-similarity experiment (README, "Utility against
-similarity"), computed from run directories alone, for the script that runs it
-(`scripts/utility_vs_similarity.py`), the demo (`memrl.demo.pipeline`) and the test that asserts the
-mechanism (tests/demo/test_e2e_demo.py).
+"""Readings of MemRL against RAG (docs/experiments.md), computed from run directories alone,
+for the tie-rule sensitivity experiment (`memrl.demo.sensitivity_runs`), the demo
+(`memrl.demo.pipeline`) and the test that asserts the mechanism (tests/demo/test_e2e_demo.py).
 
 - `reinjected_after_failure` (H1, the mechanism): injections, from epoch 2 on, of a memory
   that an earlier batch had already injected into a failed episode.
