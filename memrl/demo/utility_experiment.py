@@ -84,7 +84,7 @@ def _binary_pair(x: np.ndarray, y: np.ndarray, n_boot: int, seed: int) -> dict[s
     x, y = x.astype(bool), y.astype(bool)
     est, lo, hi = paired_bootstrap(x.astype(float), y.astype(float), n_boot=n_boot, seed=seed)
     b, c = int((x & ~y).sum()), int((~x & y).sum())
-    test = mcnemar(b, c)
+    test = mcnemar(b, c, exact_below=b + c + 1)  # the exact binomial test at any count
     return {"a": float(x.mean()), "b_rate": float(y.mean()), "delta": est, "delta_lo": lo, "delta_hi": hi,
             "a_only": b, "b_only": c, "both": int((x & y).sum()), "neither": int((~x & ~y).sum()),
             "mcnemar_p": test["p"], "mcnemar_test": test["test"]}
