@@ -51,12 +51,18 @@ def _condition_rows(results: Path) -> list[tuple[dict[str, Any], dict[str, Any]]
 
 def sensitivity_outcomes(results: Path) -> str:
     """Per condition and arm against RAG: solved per epoch, the final epoch's exact McNemar
-    and paired bootstrap Δ, the CSR-style test, and the power predicted before the runs."""
-    head = ("| ties | order | k2 | arm | solved per epoch (arm / RAG) | final b / c | exact p | "
+    (with the Holm-adjusted p over the twelve conditions' paper-MemRL tests) and paired
+    bootstrap Δ, the CSR-style test, and the power predicted before the runs."""
+    from memrl.report.stats import holm
+
+    rows = _condition_rows(results)
+    primary = [res["paired"]["memrl vs rag"]["final"]["mcnemar_p"] for res, _ in rows]
+    adjusted = dict(zip((res["condition"] for res, _ in rows), holm(primary)))
+    head = ("| ties | order | k2 | arm | solved per epoch (arm / RAG) | final b / c | exact p (Holm) | "
             "Δ final [95% CI] | CSR-style b / c (p) | predicted power |\n"
             "|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
-    for res, power in _condition_rows(results):
+    for res, power in rows:
         n = res["games"]
         for arm in [a for a in res["solved"] if a != "rag"]:
             pair = res["paired"][f"{arm} vs rag"]
@@ -64,10 +70,11 @@ def sensitivity_outcomes(results: Path) -> str:
             variant = "paper" if arm == "memrl" else arm.removeprefix("memrl_")
             pred = power.get((res["condition"], variant))
             predicted = "–" if pred is None else f"{pred['power']:.2f}"
+            p = _p(fin["mcnemar_p"]) + (f" ({_p(adjusted[res['condition']])})" if arm == "memrl" else "")
             solved = f"{' '.join(map(str, res['solved'][arm]))} / {' '.join(map(str, res['solved']['rag']))} of {n}"
             lines.append(
                 f"| {res['ties']} | {res['order']} | {res['k2']} | {arm} | {solved} | "
-                f"{fin['a_only']} / {fin['b_only']} | {_p(fin['mcnemar_p'])} | "
+                f"{fin['a_only']} / {fin['b_only']} | {p} | "
                 f"{_signed(fin['delta'])} [{_signed(fin['delta_lo'])}, {_signed(fin['delta_hi'])}] | "
                 f"{csr['a_only']} / {csr['b_only']} ({_p(csr['mcnemar_p'])}) | "
                 f"{predicted} |")

@@ -96,3 +96,17 @@ def mcnemar(b: int, c: int, exact_below: int = EXACT_BELOW) -> dict[str, Any]:
     # χ² with 1 degree of freedom: P[X > x] = erfc(sqrt(x / 2))
     return {"b": b, "c": c, "n_discordant": n, "test": "chi2-cc",
             "statistic": stat, "p": math.erfc(math.sqrt(stat / 2))}
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (same order as given): the k-th
+    smallest is multiplied by (m − k + 1), running maxima keep the order, capped at 1. A
+    family's test is significant at α when its adjusted p is below α."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    out = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
+        out[i] = running
+    return out
