@@ -169,7 +169,44 @@ def readings(arms: dict[str, dict[str, Path]]) -> dict[str, Any]:
         "h1": {k: reinjected_after_failure(r) for k, r in recs.items()},
         "own_failure_injections": {k: own_failure_injections(r) for k, r in recs.items()},
         "utility": {k: utility_readings(r) for k, r in recs.items()},
+        **why(arms),
     }
+
+
+def why(arms: dict[str, dict[str, Path]]) -> dict[str, Any]:
+    """What each arm showed first, by kind, per epoch; for the final epoch's discordant games what
+    the losing arm showed; and why MemRL's arms did not show a game its solution
+    (memrl.demo.shown). Read per split (memory ids name tasks without their split) and summed."""
+    from collections import Counter
+
+    from memrl.demo.shown import discordant_reasons, shown_by_epoch, why_not_solution
+    from memrl.metrics.compute import load_run
+
+    def add(total: dict[str, Counter], part: dict[str, dict[str, int]]) -> None:
+        for key, counts in part.items():
+            total.setdefault(key, Counter()).update(counts)
+
+    shown: dict[str, dict[str, Counter]] = {}
+    lost: dict[str, dict[str, Counter]] = {}
+    reasons: dict[str, dict[str, Any]] = {}
+    for arm, splits in arms.items():
+        shown[arm] = {}
+        for split, d in splits.items():
+            recs = load_run(d)
+            add(shown[arm], shown_by_epoch(recs))
+            if arm != "rag":
+                epochs = max(int(r.epoch) for r in recs)
+                add(lost.setdefault(arm, {}), discordant_reasons(recs, load_run(arms["rag"][split]), epochs))
+                w = why_not_solution(d)
+                acc = reasons.setdefault(arm, {"episodes": 0, "causes": Counter(), "shown": Counter()})
+                acc["episodes"] += w["episodes"]
+                acc["causes"].update(w["causes"])
+                acc["shown"].update(w["shown"])
+    plain = {a: {k: dict(v) for k, v in per.items()} for a, per in shown.items()}
+    return {"shown_first": {a: dict(sorted(v.items(), key=lambda kv: int(kv[0]))) for a, v in plain.items()},
+            "final_discordant_shown": {a: {k: dict(v) for k, v in per.items()} for a, per in lost.items()},
+            "why_not_solution": {a: {"episodes": v["episodes"], "causes": dict(v["causes"]),
+                                     "shown": dict(v["shown"])} for a, v in reasons.items()}}
 
 
 def card_of(run_dir: Path) -> dict[str, Any]:
