@@ -100,6 +100,28 @@ def sensitivity_mechanism(results: Path) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def _kinds(counts: dict[str, int]) -> str:
+    return "/".join(str(counts.get(k, 0)) for k in ("solution", "attempt", "own_failure", "other_game"))
+
+
+def sensitivity_why(results: Path) -> str:
+    """Per condition and arm: the first memory shown per epoch, by kind (a solution of the game /
+    its failed attempt / its own failure / another game's memory), and for MemRL's arms why a
+    game was not shown its solution in epochs 2+ (memrl.demo.shown)."""
+    head = ("| ties | order | k2 | arm | first memory shown, epoch 1 · 2 · 3 (solution/attempt/own failure/"
+            "other game) | not shown a solution it had (epochs 2+): failed there / lowered by another game / "
+            "tie in Q / lost the score |\n|---|---|---|---|---|---|\n")
+    lines = []
+    for res, _ in _condition_rows(results):
+        for arm, per in res["shown_first"].items():
+            kinds = " · ".join(_kinds(per.get(str(e), {})) for e in range(1, len(res["solved"][arm]) + 1))
+            w = res["why_not_solution"].get(arm)
+            why = "–" if w is None else " / ".join(str(w["causes"].get(k, 0)) for k in (
+                "solution_failed_here", "solution_lowered_elsewhere", "tie_in_q", "solution_q_above"))
+            lines.append(f"| {res['ties']} | {res['order']} | {res['k2']} | {arm} | {kinds} | {why} |")
+    return head + "\n".join(lines) + "\n"
+
+
 def sensitivity_power(results: Path) -> str:
     """The power analysis committed with the pre-registration (design/power.json)."""
     design = _json(results / SENSITIVITY / "design" / "power.json")
@@ -132,5 +154,6 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "sensitivity-games": sensitivity_games,
     "sensitivity-outcomes": sensitivity_outcomes,
     "sensitivity-mechanism": sensitivity_mechanism,
+    "sensitivity-why": sensitivity_why,
     "sensitivity-power": sensitivity_power,
 }
