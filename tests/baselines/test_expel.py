@@ -15,9 +15,9 @@ from memrl_baselines import expel_insights as ins
 from memrl_baselines.expel import INSIGHTS_ID, PURPOSE_COMPARE, PURPOSE_SUCCESS, ExpeLMemory, ExpeLSettings
 from memory_state import learn
 
-I = ins.Insight  # noqa: E741
-SHOWN = [I(1, "Open containers before searching elsewhere.", 3), I(2, "Check the goal.", 1),
-         I(3, "Go to the sink to clean things.", 2)]
+Ins = ins.Insight
+SHOWN = [Ins(1, "Open containers before searching elsewhere.", 3), Ins(2, "Check the goal.", 1),
+         Ins(3, "Go to the sink to clean things.", 2)]
 
 
 # ------------------------------------------------------------------ operations (pure)
@@ -63,16 +63,16 @@ def test_operations_apply_with_expels_counts():
            ins.Resolved("UPVOTE", 1, SHOWN[0].text), ins.Resolved("DOWNVOTE", 2, SHOWN[1].text),
            ins.Resolved("UPVOTE", 99, "An insight removed since.")]
     got, next_id = ins.apply_operations(SHOWN, ops, next_id=4, max_insights=20)
-    assert got == [I(1, SHOWN[0].text, 4), I(3, "Clean at a sink.", 3), I(4, "Turn on the lamp.", 2)]
+    assert got == [Ins(1, SHOWN[0].text, 4), Ins(3, "Clean at a sink.", 3), Ins(4, "Turn on the lamp.", 2)]
     assert next_id == 5
 
 
 def test_a_downvote_costs_three_when_the_list_is_over_full():
-    many = [I(n, f"Insight {n}.", 4) for n in range(1, 7)]  # 6 >= max 1 + 5: over full
+    many = [Ins(n, f"Insight {n}.", 4) for n in range(1, 7)]  # 6 >= max 1 + 5: over full
     got, _ = ins.apply_operations(many, [ins.Resolved("DOWNVOTE", 1, "Insight 1.")], 7, max_insights=1)
-    assert got[-1] == I(1, "Insight 1.", 1)
+    assert got[-1] == Ins(1, "Insight 1.", 1)
     got, _ = ins.apply_operations(many, [ins.Resolved("DOWNVOTE", 1, "Insight 1.")], 7, max_insights=2)
-    assert got[-1] == I(1, "Insight 1.", 3)  # 6 < 2 + 5: not full, -1
+    assert got[-1] == Ins(1, "Insight 1.", 3)  # 6 < 2 + 5: not full, -1
 
 
 def test_the_prompts_show_the_numbered_list_and_say_when_it_is_full():
@@ -126,12 +126,12 @@ def test_a_task_with_both_outcomes_is_compared_and_the_insights_change(tmp_path)
     assert [p for p, _ in model.log] == [PURPOSE_COMPARE]
     prompt = model.log[0][1]
     assert "Successful attempt:\nTask: put the apple" in prompt and "Failed attempt:\nTask: put the apple" in prompt
-    assert memory.insights() == [I(1, "Take the object first.", 2), I(2, "Look around first.", 2)]
+    assert memory.insights() == [Ins(1, "Take the object first.", 2), Ins(2, "Look around first.", 2)]
     # the next comparison sees the list, numbered; an upvote by its text counts
     model.reply = "UPVOTE 2: Look around first.\nDOWNVOTE 1: Take the object first."
     play(memory, model, 3, {"apple": False})
     assert "1. Take the object first.\n2. Look around first." in model.log[-1][1]
-    assert memory.insights() == [I(2, "Look around first.", 3), I(1, "Take the object first.", 1)]
+    assert memory.insights() == [Ins(2, "Look around first.", 3), Ins(1, "Take the object first.", 1)]
 
 
 def test_a_group_of_successes_of_distinct_tasks_is_examined_once(tmp_path):

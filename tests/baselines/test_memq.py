@@ -119,7 +119,9 @@ def test_gamma_lambda_zero_is_memrls_update(tmp_path):
     memrl = make(tmp_path, cls=MemRLMemory, settings=MemRLSettings(delta=0.0, k1=5, k2=3), name="r")
     for m in (memq, memrl):
         seed_dag(m, Q0)
-    batch = lambda m: [item(m, ["E", "D"], True, "t1"), item(m, ["D"], False, "t2")]  # noqa: E731
+
+    def batch(m):
+        return [item(m, ["E", "D"], True, "t1"), item(m, ["D"], False, "t2")]
     assert memq.plan_update(batch(memq)).set_fields == memrl.plan_update(batch(memrl)).set_fields
 
 
@@ -160,5 +162,5 @@ def test_selection_is_q_guided_epsilon_greedy(tmp_path):
     assert [r.memory_id for r in greedy.retrieve(task, seed=1)] == ["m0", "m3"]
     picks = {tuple(r.memory_id for r in explore.retrieve(task, seed=s)) for s in range(20)}
     assert len(picks) > 1 and all(len(p) == 2 for p in picks)
-    ids = lambda s: [r.memory_id for r in explore.retrieve(task, seed=s)]  # noqa: E731
-    assert ids(3) == ids(3)
+    first, again = ([r.memory_id for r in explore.retrieve(task, seed=3)] for _ in range(2))
+    assert first == again
