@@ -108,13 +108,14 @@ class ExpeLMemory(BankedMemory):
         return len(shown) >= self.s.max_insights
 
     # --------------------------------------------------------------- retrieve
-    def successes_for(self, vec: np.ndarray) -> list[tuple[MemoryEntry, float]]:
-        """The k most similar tasks with a success, each by its shortest successful trajectory."""
+    def successes_for(self, vec: np.ndarray, seed: int = 0) -> list[tuple[MemoryEntry, float]]:
+        """The k most similar tasks with a success, each by its shortest successful trajectory
+        (ties of similarity: the bank's tie rule, `memory.bank.ties`)."""
         if self.s.k == 0:
             return []
         want = max(4 * self.s.k, 8)
         while True:
-            hits = self.bank.neighbours(vec, want)
+            hits = self.bank.neighbours(vec, want, seed=seed)
             best: dict[str, tuple[MemoryEntry, float]] = {}
             for e, sim in hits:
                 if e.kind != KIND_TRAJECTORY or not e.success:
@@ -129,7 +130,7 @@ class ExpeLMemory(BankedMemory):
         vec = np.asarray(self.embedder.embed([task.intent])[0], dtype=np.float32)
         out = [RetrievedMemory(memory_id=e.memory_id, intent=e.intent, experience=e.experience, q=e.q,
                                similarity=float(sim), score=float(sim), success=True)
-               for e, sim in self.successes_for(vec)]
+               for e, sim in self.successes_for(vec, seed)]
         entry = self.insights_entry()
         if entry is not None and entry.extra.get("insights"):
             out.append(RetrievedMemory(memory_id=entry.memory_id, intent=entry.intent,
