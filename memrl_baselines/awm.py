@@ -33,7 +33,9 @@ which the paper's online description (M_t + W_t) replaces; workflows as executab
 (AWM_AS, §4).
 
 Display: `render_workflows` is the one function that turns workflows into the text an env
-shows. Errored episodes teach nothing unless `learn_from_errors`.
+shows. Errored episodes teach nothing unless `learn_from_errors`. A judge or induction call
+that fails, or an empty induction, is the episode's `writer_error` (it counts against
+`runner.max_error_rate`); a reply in which no workflow parses stores nothing and is no error.
 """
 
 from __future__ import annotations
@@ -195,8 +197,9 @@ class AWMMemory(SimilarityMemory):
                                  temperature=self.s.induce_temperature, budget_key=INDUCE_KEY)
         except LLMError as exc:
             return [], f"induce: {exc}"
-        workflows = parse_workflows(continued(reply), self.s.min_steps)
-        return workflows, None if workflows else "induce: no workflow of two steps or more in the model's reply"
+        if not reply.strip():
+            return [], "induce: the model's reply was empty"
+        return parse_workflows(continued(reply), self.s.min_steps), None  # none parsed: nothing to keep
 
     def digest(self, task: Task, result: EpisodeResult, *, epoch: int,
                llm: "EpisodeLLM | None") -> dict[str, Any] | None:

@@ -13,8 +13,9 @@ probe is never cut (the wording is the project's own). The reason is kept as the
 note (ReasoningBank passes it to the extraction, as the official code passes the
 evaluator's thoughts).
 
-A verdict is read from the reply as the continuation of "Status:" (a chat model that
-repeats the label is read as well). A reply without one, or a failed call, takes the
+A verdict is the reply's first word, read as the continuation of "Status:" (a chat model
+that repeats the label is read as well); a reply whose first word is no verdict, or whose
+verdict field names both (a small model repeating the instruction), or a failed call, takes the
 module's `default_verdict` (failure by default: no evidence of success is not a success);
 the `Verdict` says which happened, and the module keeps it in the entry it writes, so a
 run's bank shows how often the judge agreed with the env.
@@ -44,26 +45,34 @@ then a dash and one sentence on what the attempt achieved.
 Status:"""
 
 STOP = ("\n",)  # the verdict and its reason are one line
-_STATUS = re.compile(r"status\W{0,4}\s*(success|successful|succeeded|failure|failed|fail)\b", re.I)
+_LABEL = re.compile(r"^[\W_]*(?:status[\W_]*)?", re.I)  # a repeated "Status:" label, quotes, emphasis
+_FIELD_END = re.compile(r"\s[-\u2013\u2014]|[-\u2013\u2014]\s|[.,;:!?\n]")  # where the verdict's field ends
+_VERDICT = re.compile(r"\b(success|successful|succeeded|failure|failed|fail)\b", re.I)
+
+
+def _split(reply: str) -> tuple[str, str]:
+    """(the verdict's field, the reason after it) of a reply continuing "Status:"."""
+    text = _LABEL.sub("", reply.strip(), count=1)
+    m = _FIELD_END.search(text)
+    return (text, "") if m is None else (text[: m.start()], text[m.end():])
 
 
 def parse_verdict(reply: str | None) -> bool | None:
-    """True for success, False for failure, read as the continuation of "Status:"; None
-    when the reply holds no verdict."""
-    m = _STATUS.search("Status:" + (reply or ""))
-    if m is None:
+    """True for success, False for failure: the reply's first word, read as the continuation
+    of "Status:" (a repeated label is skipped). None when the first word is no verdict, or
+    when the verdict's field (up to the dash or the first punctuation) names both, as a model
+    repeating the instruction does."""
+    field, _ = _split(reply or "")
+    words = [w.lower().startswith("succ") for w in _VERDICT.findall(field)]
+    if not words or len(set(words)) > 1 or not _VERDICT.match(field.strip(" *\"'`")):
         return None
-    return m.group(1).lower().startswith("succ")
+    return words[0]
 
 
 def thoughts_of(reply: str) -> str:
-    """The judge's reason: what follows the verdict (a dash or colon dropped), on one line, at
-    most 600 characters."""
-    text = "Status:" + reply
-    m = _STATUS.search(text)
-    rest = text[m.end():] if m else reply
-    rest = " ".join(rest.replace("**", "").split()).lstrip(" -—–:.,")
-    return rest[:600]
+    """The judge's reason: what follows the verdict, on one line, at most 600 characters."""
+    _, rest = _split(reply)
+    return " ".join(rest.replace("**", "").split()).lstrip(" -\u2013\u2014:.,")[:600]
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,10 @@ query is the task intent, embedded by the run's embedder. The official judge als
 agent's final answer and page captions; here it sees the transcript the env returned.
 
 Display: `render_items` is the one function that turns items into the text an env shows.
-Errored episodes (a model call failed) teach nothing unless `learn_from_errors`.
+Errored episodes (a model call failed) teach nothing unless `learn_from_errors`. A judge or
+extraction call that fails, or an empty extraction, is the episode's `writer_error` (it
+counts against `runner.max_error_rate`, as MemRL's writer's does); a reply in which no item
+parses stores nothing and is no error (the model answered; its answer held no memory).
 """
 
 from __future__ import annotations
@@ -214,8 +217,9 @@ class ReasoningBankMemory(SimilarityMemory):
                                  budget_key=EXTRACT_KEY)
         except LLMError as exc:
             return [], f"extract: {exc}"
-        items = parse_items(continued(reply), self.s.max_items)
-        return items, None if items else "extract: no memory item in the model's reply"
+        if not reply.strip():
+            return [], "extract: the model's reply was empty"
+        return parse_items(continued(reply), self.s.max_items), None  # none parsed: nothing to keep
 
     def digest(self, task: Task, result: EpisodeResult, *, epoch: int,
                llm: "EpisodeLLM | None") -> dict[str, Any] | None:

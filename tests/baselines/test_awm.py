@@ -120,3 +120,13 @@ def test_probes_name_judge_and_induction(tmp_path):
     probes = make(tmp_path).model_probes(Task("t", "heat some bread"))
     assert [(p.purpose, p.answer_tokens, p.budget_key) for p in probes] == [
         (PURPOSE_JUDGE, 64, "memory.judge_max_tokens"), (PURPOSE_INDUCE, 320, "memory.induce_max_tokens")]
+
+
+def test_a_reply_without_a_workflow_keeps_nothing_and_an_empty_one_is_an_error(tmp_path):
+    memory = make(tmp_path)
+    for reply, error in (("1. Look.\nWorkflows:", None), ("   ", "induce: the model's reply was empty")):
+        def answer(request, reply=reply):
+            return " success - done." if request.sample_id.rsplit("/", 2)[1] == PURPOSE_JUDGE else reply
+        llm = make_client(ScriptedBackend(answer), max_retries=0).episode("s0/e1/t1", 0)
+        digest = memory.digest(Task("t1", "heat"), episode(True), epoch=1, llm=llm)
+        assert digest["workflows"] == [] and digest["experience"] is None and digest["error"] == error

@@ -49,9 +49,15 @@ def command(methods: list[str], args: list[str], sweep: Path) -> list[str]:
 
 
 def job_dir(sweep: Path, method: str) -> Path | None:
-    """The run directory of one method's job (named by the job's overrides)."""
-    found = [d for d in sweep.glob("*") if d.is_dir() and f"memory={method}" in d.name.split(",")]
-    return found[0] if found else None
+    """The run directory of one method's job: the one whose card names it (a job's directory is
+    named by its overrides, whose paths nest it deeper)."""
+    for path in sweep.rglob(RunDir.CARD):
+        try:
+            if json.loads(path.read_text())["config"]["memory"]["name"] == method:
+                return path.parent
+        except (OSError, ValueError, KeyError):
+            continue  # being written
+    return None
 
 
 def committed(run_dir: Path | None) -> int:
@@ -97,7 +103,7 @@ def state(run_dir: Path) -> dict:
     log = [{k: v for k, v in json.loads(x).items() if k not in ("ts", "time")}
            for x in rd.bank_updates.read_text().splitlines()]
     metrics = {k: v for k, v in json.loads(rd.metrics.read_text()).items() if k not in ("duration_s",)}
-    return {"episodes": episodes, "bank": bank, "bank_updates": log, "memories": rd.memories.read_text(),
+    return {"episodes": episodes, "bank": bank, "bank_updates": log, "memories": rd.memories.read_text() if rd.memories.exists() else "",
             "metrics": metrics}
 
 

@@ -78,7 +78,10 @@ def test_the_verdict_is_the_first_word_after_status():
     assert parse_verdict(" success - the bread was heated.") is True
     assert parse_verdict(" Failure - nothing happened. Status: success") is False
     assert parse_verdict("Status: **Succeeded** — it worked") is True
+    assert parse_verdict(" success - it recovered from an early failure.") is True
     assert parse_verdict(" I think it went well.") is None and parse_verdict(None) is None
+    # a small model repeating the instruction names both: unreadable
+    assert parse_verdict(' "success" if the attempt completed the task or "failure" if it did not.') is None
     assert thoughts_of(" failure - the bread is **still** cold.") == "the bread is still cold."
 
 
@@ -132,7 +135,10 @@ def test_an_unreadable_verdict_takes_the_default_and_an_empty_extraction_is_an_e
     llm = episode_llm({PURPOSE_JUDGE: "Hard to say.", PURPOSE_FAILURE: "Sorry, no."}, log)
     digest = memory.digest(task, trajectory(False), epoch=1, llm=llm)
     assert digest["judged_success"] is False and digest["verdict_parsed"] is False
-    assert digest["items"] == [] and digest["experience"] is None and "no memory item" in digest["error"]
+    # an answer without items: nothing to keep, and no error (the model did answer)
+    assert digest["items"] == [] and digest["experience"] is None and digest["error"] is None
+    llm = episode_llm({PURPOSE_JUDGE: "failure", PURPOSE_FAILURE: "  "}, log)
+    assert "empty" in memory.digest(task, trajectory(False), epoch=1, llm=llm)["error"]
     learn(memory, [_item(task, trajectory(False), digest)])
     assert memory.bank.count() == 0  # nothing to remember
     memory2 = make(tmp_path / "2", default_verdict="success")
