@@ -3,14 +3,15 @@ induced online from the trajectories the model judges successful, given to later
 guidance.
 
 Paper -> code (official code: zorazrw/agent-workflow-memory @ its stored snapshot):
-- Online AWM (§2.3, Fig. 2 and eq. for the online loop): queries arrive in a stream; after each
+- Online AWM (§2.3, the online scenario): queries arrive in a stream; after each
   one the agent's trajectory is judged by an LM evaluator (no ground truth at test time), and
   from a trajectory judged successful workflows are induced, I(e_t) = W_t, and added to memory,
   M_{t+1} = M_t + W_t, which every later query uses (webarena/pipeline.py: run -> autoeval ->
   induce, per task). The judge is memrl_baselines.judge (purpose `awm-judge`, budget
   `memory.judge_max_tokens`); the induction trigger is `induces`: the judged verdict, never the
   env's reward.
-- Workflow induction (§2.2 "LM-based workflow induction"; webarena/prompt/instruction.txt): the
+- Workflow induction (§2.2, a workflow is a description and its steps; §2.3, LM-based
+  induction; webarena/prompt/instruction.txt): the
   model finds the reusable sub-routines of the trajectory, each at least two steps, with the
   parts that change between tasks written as descriptive variables (here `{name}`), no
   near-duplicates, as many as cover the task. The prompt's structure is the official one
@@ -21,7 +22,7 @@ Paper -> code (official code: zorazrw/agent-workflow-memory @ its stored snapsho
   (mind2web/online_induction.py); here the model's own (`induce_temperature`, null). Purpose
   `awm-induce`, budget `memory.induce_max_tokens` (320; the official 2,048 holds a whole
   website's workflows). `parse_workflows` keeps workflows of >= `min_steps` (2) steps.
-- Utilization (§2.2 "workflow utilization"): the workflows in memory are added to the agent's
+- Utilization (§2.3): the workflows in memory are added to the agent's
   context (webarena/run.py: the whole workflow file in the system prompt). Here every entry
   of workflows is injected, oldest first; `max_workflows` (null = all, the paper) keeps the
   newest N for a small model's window.
@@ -30,7 +31,7 @@ Not reproduced (docs/methods.md): offline AWM (§2.3, induction from annotated t
 examples: the benchmarks here have none); the official code's re-induction from all
 judged-successful trajectories at once (one per task template, webarena/induce_prompt.py),
 which the paper's online description (M_t + W_t) replaces; workflows as executable actions
-(AWM_AS, §4).
+(the paper's AWM_AS variant).
 
 Display: `render_workflows` is the one function that turns workflows into the text an env
 shows. Errored episodes teach nothing unless `learn_from_errors`. A judge or induction call

@@ -2,7 +2,7 @@
 parts, testable without a model. The module that drives them is memrl_baselines/expel.py.
 
 The model is shown the current insights (numbered) and either a success/failure pair of one
-task or a group of successes, and answers with operations on the list (§4.2, Fig. 3):
+task or a group of successes, and answers with operations on the list (§4.2):
 
 - ADD <n>: <new insight>       a new insight, importance 2;
 - EDIT <n>: <rewritten insight> insight n rewritten, importance +1;

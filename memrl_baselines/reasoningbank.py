@@ -28,10 +28,10 @@ Paper -> code (official code: google-research/reasoning-bank @ ed80611, WebArena
   per episode holds that episode's items (`extra.items`), keyed by the task intent.
 - Retrieval (§3.2 "memory retrieval"; run.py `select_memory(n=1, ...)`): the k most similar
   earlier tasks by embedding similarity of the task query (k = 1, the paper's default and
-  its best setting in the ablation on the number of retrieved experiences), all their items
+  its best setting in its ablation on the number of retrieved experiences), all their items
   injected.
 
-Not reproduced (docs/methods.md): MaTTS (§4, memory-aware test-time scaling) needs several
+Not reproduced (docs/methods.md): MaTTS (§3.3, memory-aware test-time scaling) needs several
 trajectories of one task within one step (parallel scaling) or the agent re-examining its own
 trajectory inside the episode (sequential scaling); the harness plays one episode per task per
 epoch through the env's own loop, so neither fits the seam (a later change could add

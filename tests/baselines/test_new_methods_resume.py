@@ -30,6 +30,7 @@ from tiny_runs import FIXTURES, REPO, card, wait_for
 
 HLE = REPO / "tests" / "fixtures" / "hle" / "hle_fixture.jsonl"
 METHODS = ["memq", "reasoningbank", "expel", "awm"]
+COMPARED = ["memrl", "memp", "rag"]  # what the report sets them beside
 BASE = ["llm=scripted", "llm.cache=true", "embedder=hashing", "runner.progress=false",
         f"hydra.searchpath=[file://{FIXTURES}]"]
 TINY = ["env=tiny", "env.n_tasks=4", "env.retrieval.delta=0.0", "llm.script=method_replies:tiny", "runner.epochs=2"]
@@ -103,8 +104,8 @@ def state(run_dir: Path) -> dict:
     log = [{k: v for k, v in json.loads(x).items() if k not in ("ts", "time")}
            for x in rd.bank_updates.read_text().splitlines()]
     metrics = {k: v for k, v in json.loads(rd.metrics.read_text()).items() if k not in ("duration_s",)}
-    return {"episodes": episodes, "bank": bank, "bank_updates": log, "memories": rd.memories.read_text() if rd.memories.exists() else "",
-            "metrics": metrics}
+    memories = rd.memories.read_text() if rd.memories.exists() else ""
+    return {"episodes": episodes, "bank": bank, "bank_updates": log, "memories": memories, "metrics": metrics}
 
 
 def check_finished(run_dir: Path, tasks: int, epochs: int) -> None:
@@ -117,8 +118,18 @@ def check_finished(run_dir: Path, tasks: int, epochs: int) -> None:
 
 # ---------------------------------------------------------------------------- the tiny benchmark
 def test_each_method_killed_inside_its_run_ends_as_an_uninterrupted_sweep(tmp_path):
+    """The uninterrupted sweep also runs MemRL, MemP and RAG: the report compares all seven in
+    one table and one figure."""
+    from memrl.report.write import write_report
+
     ref, killed = tmp_path / "ref", tmp_path / "killed"
-    run_to_end(command(METHODS, TINY, ref), environ(tmp_path / "cache_ref", 0))
+    run_to_end(command([*METHODS, *COMPARED], TINY, ref), environ(tmp_path / "cache_ref", 0))
+    files = write_report([ref], tmp_path / "report", n_boot=50, warn=lambda m: None)
+    table = files["table1.md"].read_text()
+    assert all(f"| {m} |" in table for m in [*METHODS, *COMPARED]), table
+    assert files["curves_tiny.png"].stat().st_size > 1000
+    compared = files["comparisons.md"].read_text()
+    assert all(m in compared for m in METHODS)  # each against MemRL, paired
     cmd = command(METHODS, TINY, killed)
     env = environ(tmp_path / "cache_killed", 0.1)
     for method in METHODS:  # each relaunch resumes the job the previous one killed
