@@ -6,7 +6,8 @@ successful trajectories.
 Paper -> code (official code: LeapLabTHU/ExpeL @ its stored snapshot):
 - Experience pool (§4.1): every episode's trajectory is stored with its outcome (the env's
   success, as ExpeL's training tasks have ground truth); one bank entry per episode, as RAG
-  stores it (`trajectory_memory`, task / outcome / trajectory).
+  stores it (`trajectory_memory`, task / outcome / trajectory). Entries a `bank.init_from`
+  copy brings (a teacher's trajectories) join the pool (`is_episode`).
 - Insight extraction (§4.2; agent/expel.py `create_rules`): (a) success/failure pairs of one
   task are compared (`task_critique`, the "compare" prompt), (b) groups of successes of
   different tasks are examined together (`success_critique`, groups of
@@ -25,7 +26,7 @@ Online, not offline: ExpeL gathers experience on training tasks first (with Refl
 retries, max_reflection_depth 3) and extracts insights once before evaluation. The harness
 learns while it plays (docs/design.md §1), so extraction runs after every episode, in its
 `digest` (the model work of one episode):
-- a finished episode is paired with the latest earlier episode of the same task with the
+- a finished episode is paired with the newest stored episode of the same task with the
   other outcome, if there is one (one compare call: the newest pair, not every pair);
 - a success completes a group when, with it, `success_group` (8) successes of distinct tasks
   are waiting that no success call has seen (one success call; the group's members are then
@@ -69,6 +70,12 @@ INSIGHTS_ID = "expel:insights"
 INSIGHTS_INTENT = "insights learned from earlier tasks"
 KIND_TRAJECTORY = "trajectory"
 KIND_INSIGHTS = "insights"
+
+
+def is_episode(entry: MemoryEntry) -> bool:
+    """An entry of the experience pool: every entry but the insight list (its own episodes,
+    and the entries a `bank.init_from` copy brought, such as a teacher's trajectories)."""
+    return entry.kind != KIND_INSIGHTS
 
 
 class ExpeLSettings(BaseModel):
@@ -118,7 +125,7 @@ class ExpeLMemory(BankedMemory):
             hits = self.bank.neighbours(vec, want, seed=seed)
             best: dict[str, tuple[MemoryEntry, float]] = {}
             for e, sim in hits:
-                if e.kind != KIND_TRAJECTORY or not e.success:
+                if not is_episode(e) or not e.success:
                     continue
                 if e.task_id not in best or len(e.experience) < len(best[e.task_id][0].experience):
                     best[e.task_id] = (e, best.get(e.task_id, (e, sim))[1])
@@ -157,19 +164,18 @@ class ExpeLMemory(BankedMemory):
             return "", f"{purpose}: {exc}"
         return reply, None if reply.strip() else f"{purpose}: the model's answer was empty"
 
-    def _opposite(self, task: Task, epoch: int, success: bool) -> MemoryEntry | None:
-        """The latest earlier episode of the task with the other outcome."""
-        ids = [f"e{ep:03d}:{task.task_id}" for ep in range(1, epoch)]
-        found = [e for e in self.bank.get(ids).values()
-                 if e.kind == KIND_TRAJECTORY and e.task_id == task.task_id and e.success != success]
-        return max(found, key=lambda e: (e.epoch, e.order)) if found else None
+    @staticmethod
+    def _opposite(episodes: list[MemoryEntry], task: Task, success: bool) -> MemoryEntry | None:
+        """The newest stored episode of the task with the other outcome."""
+        found = [e for e in episodes if e.task_id == task.task_id and e.success != success]
+        return max(found, key=lambda e: e.order) if found else None
 
-    def _waiting_successes(self, task: Task) -> list[MemoryEntry]:
+    @staticmethod
+    def _waiting_successes(episodes: list[MemoryEntry], task: Task) -> list[MemoryEntry]:
         """Successes no success call has seen, one per task (the oldest), other tasks only."""
         out: dict[str, MemoryEntry] = {}
-        for e in self.bank.iter_entries():
-            if e.kind == KIND_TRAJECTORY and e.success and not e.extra.get("critiqued") \
-                    and e.task_id != task.task_id and e.task_id not in out:
+        for e in episodes:
+            if e.success and not e.extra.get("critiqued") and e.task_id != task.task_id and e.task_id not in out:
                 out[e.task_id] = e
         return list(out.values())
 
@@ -184,7 +190,8 @@ class ExpeLMemory(BankedMemory):
         shown = self.insights()
         rows = ins.rows_of(shown)
         errors: list[str] = []
-        other = self._opposite(task, epoch, bool(result.success))
+        episodes = [e for e in self.bank.iter_entries() if is_episode(e)]  # insertion order
+        other = self._opposite(episodes, task, bool(result.success))
         if other is not None:
             success, failure = (own, other.experience) if result.success else (other.experience, own)
             prompt = ins.compare_prompt(task.intent, success, failure, shown, self._full(shown), self.s.max_ops)
@@ -192,7 +199,7 @@ class ExpeLMemory(BankedMemory):
             out["calls"].append({"purpose": PURPOSE_COMPARE, "shown": rows, "reply": reply})
             errors += [err] if err else []
         if result.success:
-            waiting = self._waiting_successes(task)
+            waiting = self._waiting_successes(episodes, task)
             if len(waiting) + 1 >= self.s.success_group:
                 group = waiting[: self.s.success_group - 1]
                 prompt = ins.success_prompt([e.experience for e in group] + [own], shown, self._full(shown),

@@ -166,3 +166,22 @@ def test_probes_name_both_insight_calls(tmp_path):
     probes = make(tmp_path).model_probes(Task("t", "heat some bread"))
     assert [(p.purpose, p.answer_tokens, p.budget_key) for p in probes] == [
         (PURPOSE_COMPARE, 200, "memory.insight_max_tokens"), (PURPOSE_SUCCESS, 200, "memory.insight_max_tokens")]
+
+
+def test_entries_a_bank_copy_brought_join_the_pool(tmp_path):
+    """A teacher's trajectory (bank.init_from: id `init:...`, its own kind) is recalled as a
+    success and compared with the agent's failure on its task."""
+    from memrl.memory.entry import BankUpdate, MemoryEntry
+
+    memory = make(tmp_path, k=1, success_group=99)
+    intent = "put the apple on the table"
+    memory.apply(BankUpdate(add=[MemoryEntry(
+        memory_id="init:e001:apple", intent=intent, experience="Task: put the apple on the table\nOutcome: solved\n"
+        "Trajectory:\n> take apple 1", embedding=[float(v) for v in memory.embedder.embed([intent])[0]], success=True,
+        task_id="apple", kind="script", extra={"init_from": "teacher"})]))
+    assert [m.memory_id for m in memory.retrieve(Task("apple", intent))] == ["init:e001:apple"]
+    model = Model("ADD 1: Take the object first.")
+    play(memory, model, 1, {"apple": False})
+    assert [p for p, _ in model.log] == [PURPOSE_COMPARE]
+    assert "Successful attempt:\nTask: put the apple on the table\nOutcome: solved\nTrajectory:\n> take apple 1" \
+        in model.log[0][1]
