@@ -148,8 +148,16 @@ def test_each_method_killed_inside_its_run_ends_as_an_uninterrupted_sweep(tmp_pa
                                          "reasoningbank-extract-failure"}
     assert purposes["expel"] == {"act", "expel-compare"}  # 4 tasks: never a group of 8 successes
     assert purposes["awm"] == {"act", "awm-judge", "awm-induce"}
-    memq_bank = state(job_dir(ref, "memq"))["bank"]
-    assert any(d > 0 for e in memq_bank for d in e["extra"]["credited"].values())  # credit reached ancestors
+    # what each kept (scripts/method_summary.py): credit past the injected memories, items,
+    # workflows, insights
+    out = subprocess.run([sys.executable, "scripts/method_summary.py", str(ref), "--out", str(tmp_path / "s.json")],
+                         cwd=REPO, env=environ(tmp_path / "cache_ref", 0), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    kept = json.loads((tmp_path / "s.json").read_text())
+    assert sorted(kept) == sorted([*METHODS, *COMPARED])
+    assert any(int(depth) > 0 for depth in kept["memq"]["credited_by_depth"])
+    assert kept["reasoningbank"]["items"] > 0 and kept["awm"]["workflows"] > 0 and kept["expel"]["insights"]
+    assert all(kept[m]["episodes"] == 8 for m in kept)
 
 
 # ------------------------------------------------------------------------ the other benchmarks
