@@ -207,13 +207,19 @@ def _db_args(server_dir: Path) -> list[str]:
 
 def kill_and_resume(tmp: Path, args: list[str], extra: dict[str, str], first: str) -> None:
     """The four methods on one benchmark (2 tasks x 2 epochs), `first` first: killed inside its
-    run, relaunched; all finish, and `first` ends as its uninterrupted run."""
+    run, relaunched; all finish, and `first` ends as its uninterrupted run, which plays
+    alongside the killed sweep (each episode has its own sandbox, overlay or database)."""
     order = [first] + [m for m in METHODS if m != first]
     args = [*args, "llm.script=method_replies:bench", "env.max_tasks=2", "runner.epochs=2"]
     ref, killed = tmp / "ref", tmp / "killed"
-    run_to_end(command([first], args, ref), environ(tmp / "cache_ref", 0, **extra))
+    reference = subprocess.Popen(command([first], args, ref), env=environ(tmp / "cache_ref", 0, **extra), cwd=REPO,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     cmd = command(order, args, killed)
-    kill_inside(cmd, environ(tmp / "cache_killed", 0.3, **extra), killed, first, at=1, total=4)
+    try:
+        kill_inside(cmd, environ(tmp / "cache_killed", 0.3, **extra), killed, first, at=1, total=4)
+    finally:
+        _, err = reference.communicate(timeout=1200)
+    assert reference.returncode == 0, err[-3000:]
     run_to_end(cmd, environ(tmp / "cache_killed", 0, **extra))
     for method in METHODS:
         check_finished(job_dir(killed, method), tasks=2, epochs=2)
