@@ -13,6 +13,11 @@ enough that each benchmark's episodes run through the project's real parsers.
                                                        "field: value" lines the official rule asks for
   ALFWorld chat dialogue (memrl_envs/alfworld/chat.py)       the tour as "Thought: ... / Action: ..."
   official memory writer (layout=official)             a numbered script or a reflection
+  self-judgment (memrl_baselines/judge.py)            "success" or "failure" (half of the prompts
+                                                       each), a dash and a reason
+  ReasoningBank items (memrl_baselines/reasoningbank.py)  two memory items in its Markdown format
+  ExpeL insights (memrl_baselines/expel_insights.py)  an UPVOTE of a listed insight and an ADD
+  AWM induction (memrl_baselines/awm.py)              one workflow of three steps
   anything else                                        "OK."
 
 ALFWorld replies come in two forms: the bare command, or "Thought: ...\\nAction: <command>"
@@ -249,6 +254,61 @@ def alfworld_chat_reply(start: str, step: int, expert: Mapping[str, list[str]] |
     return thought_action(tour[step % len(tour)])
 
 
+# ------------------------------------------------------------------------------ memory methods
+# The prompts' last lines (memrl_baselines/: judge, reasoningbank, expel_insights, awm; memrl.testing
+# imports nothing from them, so the markers are kept here and a test checks they agree)
+JUDGE_MARK = '"success" if the attempt completed the task'
+ITEMS_TAIL = "# Memory Item 1\n## Title"
+OPERATIONS_MARK = "UPVOTE <number>:"
+WORKFLOWS_TAIL = "Workflows:\nWorkflow 1:"
+INSIGHT_POOL = ("Look at what the room holds and open closed receptacles before deciding an object is absent.",
+                "Read the goal of the task again before the last action.",
+                "Prefer the actions the environment says are possible.",
+                "Do not repeat an action that changed nothing.")
+ITEMS_REPLY = (" Search the likely places first\n## Description Use when the object of the task is not in sight.\n"
+               "## Content Visit the receptacles where such objects are usually kept, opening closed ones, "
+               "before searching elsewhere.\n\n# Memory Item 2\n## Title Confirm the goal\n## Description Use "
+               "before the last action of a task.\n## Content Re-read the task and check that the object and "
+               "its destination match it.")
+WORKFLOW_REPLY = (" Fetch an object and place it\n1. Go to {place} where {object} is usually kept.\n"
+                  "2. Take {object} from {place}.\n3. Go to {target} and put {object} there.")
+
+
+def judge_verdict_reply(prompt: str) -> str:
+    """Self-judgment: the verdict (success for half of the prompts), a dash, a reason."""
+    ok = share(prompt, "judge") < 0.5
+    return f" {'success' if ok else 'failure'} - the agent's actions " + \
+        ("reached" if ok else "did not reach") + " the state the task asked for."
+
+
+def operations_reply(prompt: str) -> str:
+    """ExpeL: an UPVOTE of one listed insight (copied) and an ADD of one not listed yet."""
+    listed = prompt.rsplit("Current insights:\n", 1)[-1].split("\n\n", 1)[0]
+    current = re.findall(r"^(\d+)\. (.+)$", listed, re.M)
+    lines = []
+    if current:
+        n, text = current[int(share(prompt, "up") * len(current))]
+        lines.append(f"UPVOTE {n}: {text}")
+    new = INSIGHT_POOL[int(share(prompt, "add") * len(INSIGHT_POOL))]
+    if all(new not in text for _, text in current):
+        lines.append(f"ADD {len(current) + 1}: {new}")
+    return "\n".join(lines)
+
+
+def memory_method_reply(last: str) -> str | None:
+    """The reply to a memory method's own prompt, or None for another prompt."""
+    tail = last.rstrip()
+    if tail.endswith("Status:") and JUDGE_MARK in last:
+        return judge_verdict_reply(last)
+    if tail.endswith(ITEMS_TAIL):
+        return ITEMS_REPLY
+    if tail.endswith("Operations:") and OPERATIONS_MARK in last:
+        return operations_reply(last)
+    if tail.endswith(WORKFLOWS_TAIL):
+        return WORKFLOW_REPLY
+    return None
+
+
 def reply_for(messages: Sequence[Mapping[str, Any]], react_rate: float = 0.0,
               expert: Mapping[str, list[str]] | None = None) -> str:
     """The normal (unfaulted) reply to a chat request (module doc)."""
@@ -261,6 +321,9 @@ def reply_for(messages: Sequence[Mapping[str, Any]], react_rate: float = 0.0,
         return SCRIPT_REPLY
     if tail.endswith("Reflection:"):
         return REFLECTION_REPLY
+    method = memory_method_reply(last)
+    if method is not None:
+        return method
     if tail.endswith("Verdict:") and "\nReference answer:\n" in last:
         return judge_reply(last)
     if "Explanation:" in whole and "Confidence:" in whole and "Question:" in last:

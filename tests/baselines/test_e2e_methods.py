@@ -21,7 +21,10 @@ from memrl.core.rundir import RunDir
 
 # memrl itself runs end to end in test_e2e_alfworld.py and mem0 in test_mem0.py (slow tests
 # there check more than this one does), so they are not repeated here.
-SWEPT = ["memrl_rag", "memrl_no_norm_simgate", "none", "rag", "reflection", "self_rag", "memp"]
+# the newer methods (docs/methods.md) run here with the embedded model; on the other benchmarks
+# they run with a scripted model (test_new_methods_resume.py)
+NEWER = ["memq", "reasoningbank", "expel", "awm"]
+SWEPT = ["memrl_rag", "memrl_no_norm_simgate", "none", "rag", "reflection", "self_rag", "memp", *NEWER]
 SAMPLED = "pass_at_k"  # independent attempts need sampling: its own run at temperature 0.7
 METHODS = SWEPT + [SAMPLED]
 COMMON = ["env.split=valid_seen", "env.max_tasks=2", "env.max_steps=2", "runner.epochs=2", "llm=local",
@@ -67,3 +70,11 @@ def test_method_end_to_end(run_dirs, method):
     assert card["config"]["memory"]["name"] == method and card["status"] == "finished"
     if method == "none":
         assert all(r["injected"] == [] for r in recs)
+    # each newer method makes its own calls, every one under its purpose (docs/methods.md)
+    purposes = [{c["purpose"] for c in r["model_calls"]} - {"act"} for r in recs]
+    if method == "memq":
+        assert all(p <= {"write-script", "write-reflection"} and p for p in purposes)
+    if method in ("reasoningbank", "awm"):  # the model judges every episode
+        assert all(f"{method}-judge" in p for p in purposes)
+    if method == "expel":
+        assert set().union(*purposes) <= {"expel-compare", "expel-success"}

@@ -14,7 +14,8 @@ from memrl.config.validate import validate
 from data_paths import ALFWORLD, BCB_HARD_TRAIN, LIFELONG, LIFELONG_DB, LIFELONG_OS
 
 ROOT = Path(__file__).resolve().parents[2]
-METHODS = ["memrl", "none", "pass_at_k", "rag", "self_rag", "memp", "reflection", "mem0"]
+METHODS = ["memrl", "none", "pass_at_k", "rag", "self_rag", "memp", "reflection", "mem0",
+           "memq", "reasoningbank", "expel", "awm"]
 TOP_K = ("rag", "self_rag", "memp", "mem0")  # the baselines that retrieve the benchmark's k2
 # env: ((delta, k1, k2) of Table 8, overrides pointing at local data)
 ENVS = {
@@ -51,7 +52,7 @@ def test_paper_preset_validates_for_every_method(preset: str, method: str) -> No
     v = validate(cfg)
     assert (cfg.env.retrieval.delta, cfg.env.retrieval.k1, cfg.env.retrieval.k2) == (delta, k1, k2)
     assert v.llm.name == llm and v.runner.epochs == 10 and v.embedder.name == "text-embedding-3-large"
-    if method == "memrl":
+    if method in ("memrl", "memq"):  # MemQ retrieves as MemRL does
         assert (v.memory.delta, v.memory.k1, v.memory.k2) == (delta, k1, k2)
     elif method in TOP_K:
         assert v.memory.k == k2
@@ -85,7 +86,8 @@ def test_the_bank_block_is_one_shared_schema() -> None:
     repeats them); an override reaches the module."""
     _, overrides = ENVS["alfworld"]
     banks = {}
-    for method in ("memrl", "memrl_rag", "rag", "self_rag", "memp", "reflection"):
+    for method in ("memrl", "memrl_rag", "rag", "self_rag", "memp", "reflection", "memq", "reasoningbank", "expel",
+                   "awm"):
         cfg = composed(f"memory={method}", "memory.bank.ef_search=64", *overrides)
         v = validate(cfg)
         banks[method] = v.memory.bank.model_dump()
