@@ -47,7 +47,7 @@ from pydantic import Field
 from memrl.memory.base import LearnItem
 from memrl.memory.entry import BankUpdate
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
-from memrl.memory.retrieval import update_q
+from memrl.memory.q_update import update_q
 
 if TYPE_CHECKING:
     from memrl.llm.embed import Embedder
