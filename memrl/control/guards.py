@@ -88,6 +88,19 @@ def _first_problem(record: Mapping[str, Any]) -> str:
     return f"the memory writer failed: {(record.get('info') or {}).get('writer_error')}"
 
 
+def _fix(bad: Sequence[Mapping[str, Any]]) -> str:
+    """What to do, by what went wrong: a model that cannot write a memory's summary (a weak
+    model's empty or unusable plan or reflection) needs another way of writing memories, not a
+    higher error rate."""
+    writer_only = all(not r.get("errors") and (r.get("info") or {}).get("writer_error") for r in bad)
+    if writer_only:
+        return ("the model could not write the memories' summaries (a small model often cannot): store the "
+                "episodes as they are with memory.write_mode=raw (MemRL; memory=memrl_rag sets it), or use a "
+                "stronger model, then run the same command (raising runner.max_error_rate would keep memories "
+                "without their summary)")
+    return "fix the cause and run the same command to continue (or raise runner.max_error_rate)"
+
+
 def error_rate_problem(records: Sequence[Mapping[str, Any]], *, epoch: int, batch: int,
                        errored_before: int, epoch_size: int, max_rate: float) -> str | None:
     """Why this batch must not be committed under `runner.max_error_rate`, or None.
@@ -101,8 +114,7 @@ def error_rate_problem(records: Sequence[Mapping[str, Any]], *, epoch: int, batc
         return None
     n = len(records)
     first = _first_problem(bad[0])[:300]
-    fix = ("fix the cause and run the same command to continue "
-           "(or raise runner.max_error_rate)")
+    fix = _fix(bad)
     if n >= 2 and len(bad) > max_rate * n:
         return (f"runner.max_error_rate: {len(bad)} of the {n} episodes of batch {batch} of "
                 f"epoch {epoch} ended errored or lost their memory's summary (more than "

@@ -249,6 +249,11 @@ def test_error_rate_rules():
     assert error_rate_problem([bad], errored_before=4, **rule) is None  # 5 of 10 in the epoch: not more
     assert "6 of the 10 episodes of epoch 1" in error_rate_problem([bad], errored_before=5, **rule)
     assert error_rate_problem([bad, bad], errored_before=8, **{**rule, "max_rate": 1.0}) is None
+    assert "or raise runner.max_error_rate" in error_rate_problem([bad, bad, ok], errored_before=0, **rule)
+    # a model that cannot write summaries is told how to write memories without them
+    unwritten = {"errors": [], "info": {"writer_error": "write-reflection: empty reply"}}
+    why = error_rate_problem([unwritten, unwritten, ok], errored_before=0, **rule)
+    assert "memory.write_mode=raw" in why and "memory=memrl_rag" in why and "empty reply" in why
 
 
 # ---------------------------------------------------------------- 3. cache / record writes
