@@ -111,6 +111,22 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def play_run(run_dir: Path, overrides: Sequence[str], log: Path, what: str) -> None:
+    """One `memrl run` in a process of its own, its output in `log`: a refusal is a ConfigError,
+    another failure a RuntimeError, each with the log's end (one line announces it: threads that
+    run several at once must not interleave their lines)."""
+    sys.stdout.write(f"{what} (output: {log}): {' '.join(overrides)}\n")
+    sys.stdout.flush()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "memrl.cli", "run", *overrides, f"hydra.run.dir={run_dir}"]
+    with open(log, "w", encoding="utf-8") as fh:
+        done = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT)
+    if done.returncode == 2:
+        raise ConfigError(f"{what}: refused: {log.read_text()[-2000:]}")
+    if done.returncode != 0:
+        raise RuntimeError(f"{what}: exited {done.returncode}: {log.read_text()[-2000:]}")
+
+
 def uses_teacher(name: str) -> bool:
     """Whether a method's student starts from the teacher bank (`{teacher}` in its overrides)."""
     return any("{teacher}" in o for o in METHODS[name])
@@ -155,17 +171,7 @@ def run_students(out: Path, teacher: Callable[[], Path], extra: Sequence[str],
         return dirs
 
     def play(name: str, args: list[str]) -> None:
-        log = out / f"{name}.log"
-        # one write per line: the threads' lines must not interleave
-        sys.stdout.write(f"[demo] student with {name} (output: {log}): {' '.join(args)}\n")
-        sys.stdout.flush()
-        cmd = [sys.executable, "-m", "memrl.cli", "run", *args, f"hydra.run.dir={dirs[name]}"]
-        with open(log, "w", encoding="utf-8") as fh:
-            done = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT)
-        if done.returncode == 2:
-            raise ConfigError(f"the {name} student's run was refused: {log.read_text()[-2000:]}")
-        if done.returncode != 0:
-            raise RuntimeError(f"the {name} student's run exited {done.returncode}: {log.read_text()[-2000:]}")
+        play_run(dirs[name], args, out / f"{name}.log", f"[demo] student with {name}")
 
     out.mkdir(parents=True, exist_ok=True)
     one_thread = ["llm.n_threads=1"]

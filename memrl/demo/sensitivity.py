@@ -19,7 +19,6 @@ simulated experiments whose exact McNemar test (final epoch, two-sided) gives p 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -134,11 +133,10 @@ def simulate(games: Games, cond: Condition, method: str, copyable: np.ndarray, m
 
 
 def exact_mcnemar_p(b: int, c: int) -> float:
-    n = b + c
-    if n == 0:
-        return 1.0
-    k = min(b, c)
-    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+    """The exact McNemar test on the discordant counts: a two-sided binomial (sign) test."""
+    from memrl.demo.utility_experiment import sign_test
+
+    return sign_test(b, c)
 
 
 @dataclass

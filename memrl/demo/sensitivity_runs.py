@@ -21,16 +21,14 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from memrl.core.errors import ConfigError
 from memrl.core.records import iter_jsonl
 from memrl.core.rundir import RunDir
+from memrl.demo.pipeline import play_run
 from memrl.demo.sensitivity import CONDITIONS, Condition
 
 BASE = ["experiment=demo", "env.max_tasks=null"]
@@ -110,19 +108,6 @@ def build_teacher(design: Design, work: Path, order: str, split: str) -> Path:
     return bank.bank_dir.resolve()
 
 
-def _play(run_dir: Path, overrides: list[str], log: Path) -> None:
-    sys.stdout.write(f"[sensitivity] {run_dir} (log {log})\n")
-    sys.stdout.flush()
-    cmd = [sys.executable, "-m", "memrl.cli", "run", *overrides, "llm.n_threads=1", f"hydra.run.dir={run_dir}"]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w", encoding="utf-8") as fh:
-        done = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT)
-    if done.returncode == 2:
-        raise ConfigError(f"{run_dir}: refused: {log.read_text()[-2000:]}")
-    if done.returncode != 0:
-        raise RuntimeError(f"{run_dir}: exited {done.returncode}: {log.read_text()[-2000:]}")
-
-
 def run_all(design: Design, work: Path, *, jobs: int = 2, only: Sequence[str] = ()) -> None:
     """Every condition's arms, `jobs` conditions at once (each condition's arms in order, so
     MemRL's first epoch finds RAG's answers in the shared response cache)."""
@@ -133,9 +118,9 @@ def run_all(design: Design, work: Path, *, jobs: int = 2, only: Sequence[str] = 
     def condition(cond: Condition) -> None:
         for arm in arms_of(design, cond):
             for split in design.splits:
-                _play(work / cond.name / arm / split,
-                      arm_overrides(design, cond, arm, split, teachers[(cond.order, split)]),
-                      work / cond.name / f"{arm}.{split}.log")
+                play_run(work / cond.name / arm / split,
+                         arm_overrides(design, cond, arm, split, teachers[(cond.order, split)]) + ["llm.n_threads=1"],
+                         work / cond.name / f"{arm}.{split}.log", f"[sensitivity] {cond.name} {arm} {split}")
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         for f in [pool.submit(condition, c) for c in conds]:
