@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Sequence
 
 from memrl.core.errors import ConfigError
+from memrl.demo.demo_report import render, write
 from memrl.demo.pipeline import (ATTEMPT_STEPS, BASE, DEFAULT_OUT, DEMO_TIES, METHODS, TEACHER_STEPS, Phase,
-                                 alongside_teacher, analyse, cores, render, run_students, write)
+                                 alongside_teacher, analyse, cores, run_students)
 from memrl.demo.teach import BANK_ORDERS, history_bank
 
 
