@@ -106,8 +106,11 @@ test: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# The inner loop: every test but the end-to-end runs (`slow`) and the ones that time or sample the
+# host (`serial`: sandbox containment, time limits, rate limits), on TEST_JOBS workers. `make test`
+# runs them all; CI runs `make test`.
 test-fast: setup
-	$(call two_passes, and not slow)
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not slow and not serial"
 
 # The teacher (ALFWorld's expert) plays the demo games twice (a failed attempt, then whole), then
 # the embedded model plays them with MemRL and RAG, each from that history bank and writing every
