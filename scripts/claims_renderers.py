@@ -150,7 +150,60 @@ def sensitivity_games(results: Path) -> str:
             f"{design['epochs']} epochs.\n")
 
 
+def _wall_s(card: dict[str, Any]) -> float:
+    """Seconds the run's sessions took (started to ended, summed)."""
+    from datetime import datetime
+
+    total = 0.0
+    for sess in card.get("sessions") or []:
+        if sess.get("started") and sess.get("ended"):
+            total += (datetime.fromisoformat(sess["ended"]) - datetime.fromisoformat(sess["started"])).total_seconds()
+    return total
+
+
+def _solved(metrics: dict[str, Any]) -> str:
+    n = metrics["n_tasks"]
+    return " ".join(str(round(x * n)) for x in metrics["sr"]) + f" of {n}"
+
+
+def first_run(results: Path) -> str:
+    """README's first run: each run's games, epochs, wall time and games solved per epoch."""
+    folder = results / "first_run"
+    lines = []
+    for name in ("memrl", "rag"):
+        card = _json(folder / f"{name}.run_card.json")
+        CARDS_READ.add(str(folder / f"{name}.run_card.json"))
+        m = _json(folder / f"{name}.metrics.json")
+        lines.append(f"- `{card['config']['memory']['name']}`: {m['n_tasks']} games x {m['epochs']} epochs in "
+                     f"{_wall_s(card):.0f} s; solved per epoch {_solved(m)}")
+    commit = card["git"]["commit"][:7]
+    return (f"Measured on the development machine's 2 cores (results/first_run/, commit {commit}):\n\n"
+            + "\n".join(lines) + "\n")
+
+
+def demo(results: Path) -> str:
+    """`make demo` as last run: its condition, wall time, games solved per epoch, the final
+    epoch's test and the power predicted for it."""
+    folder = results / "demo_alfworld_gemma270m"
+    res = _json(folder / "demo.json")
+    for card in sorted(folder.glob("*.run_card.json")):
+        CARDS_READ.add(str(card))
+    cond, n = res["condition"], len(res["games"])
+    wall = sum(p["seconds"] for p in res["phases"])
+    solved = "; ".join(f"{m} {' '.join(str(round(x * n)) for x in sr)}" for m, sr in res["sr"].items())
+    fin = res["across_epochs"]["final"]
+    verdict = "significant" if fin["mcnemar_p"] < 0.05 else "not significant"
+    pred = (res.get("power") or {}).get("predicted") or {}
+    return (f"Last run on the development machine's 2 cores (results/demo_alfworld_gemma270m/): {wall:.0f} s; "
+            f"{n} games ({cond['split']}), ties {cond['ties']}, {cond['k2']} memory shown, {cond['epochs']} epochs. "
+            f"Games solved per epoch: {solved}. Final epoch, MemRL against RAG: b = {fin['a_only']}, "
+            f"c = {fin['b_only']}, exact p = {_p(fin['mcnemar_p'])} ({verdict} at α 0.05; power predicted "
+            f"before the run {pred.get('power', float('nan')):.2f}).\n")
+
+
 RENDERERS: dict[str, Callable[[Path], str]] = {
+    "first-run": first_run,
+    "demo": demo,
     "sensitivity-games": sensitivity_games,
     "sensitivity-outcomes": sensitivity_outcomes,
     "sensitivity-mechanism": sensitivity_mechanism,
