@@ -203,7 +203,7 @@ class RunnerSettings(BaseModel):
     # batch: batches of batch_size retrieve at batch start, learn in task order (deterministic);
     # async: a free pool of max_in_flight episodes, each retrieving when it starts and
     # committed when it finishes (timing-dependent; its retrievals are logged in
-    # state/launches.jsonl, so it replays: README "Concurrency"). Both
+    # state/launches.jsonl, so it replays: docs/concurrency.md). Both
     # change results, and so does max_in_flight (the staleness of async retrievals; unused by
     # batch, but a result key all the same: one mark per key)
     schedule: Literal["batch", "async"] = "batch"

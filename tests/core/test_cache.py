@@ -93,7 +93,7 @@ def test_a_moved_response_cache_keeps_hitting(tmp_path):
     client.cache.close()
     new_root = tmp_path / "home_cache"
     new_root.mkdir()
-    for p in old.parent.iterdir():  # what the README says: mv runs/.cache/* <cache folder>/
+    for p in old.parent.iterdir():  # what docs/run-directory.md says: mv runs/.cache/* <cache folder>/
         p.rename(new_root / p.name)
     moved = build_client(LLMSettings.model_validate({**cfg, "cache_path": str(new_root / cachedir.LLM_CACHE)}))
     resp = moved.complete(req)
