@@ -8,7 +8,7 @@
    attempt the older memory (`memrl.demo.teach.history_bank`, `<out>/teacher/bank`). Similarity
    cannot tell a game's two memories apart: they share its intent.
 2. Student: the embedded model plays the same games for the demo's epochs, three times
-   (`METHODS`, the README's second pre-registered design): MemRL learning utilities and RAG
+   (`METHODS`, docs/experiments.md "The demo"): MemRL learning utilities and RAG
    (similarity only), each from a copy of the teacher bank and writing a memory of every
    episode, failures included, and no memory (`<out>/memrl`, `<out>/rag`, `<out>/none`).
 3. What it shows (memrl.demo.demo_report: printed, and written to `<out>/demo.md`, `<out>/demo.json`,
@@ -53,9 +53,10 @@ TEACHER_STEPS = 50
 ATTEMPT_STEPS = 3
 # Per method: its overrides on top of the demo preset. `{teacher}` is the teacher bank. Both
 # students start from a copy of it and write every episode as a raw trajectory, failures
-# included (the paper's loop); neither is gated; the only difference is Phase B (README,
-# "Utility against similarity"). RAG first: MemRL's first epoch (all Q equal) injects the
-# same memories and is answered from the response cache.
+# included (the paper's loop); neither is gated; both break ties among equally similar memories
+# by the same rule (`{ties}`): MemRL's Phase A keeps a pool of k1 (every memory tied at the k1-th
+# included) that Phase B re-ranks by Q, RAG shows the most similar. RAG first: MemRL's first
+# epoch (all Q equal) injects the same memories and is answered from the response cache.
 METHODS: dict[str, list[str]] = {
     # similarity only
     "rag": ["memory=rag", "memory.bank.init_from={teacher}", "memory.bank.ties={ties}"],

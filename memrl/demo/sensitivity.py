@@ -50,8 +50,8 @@ CONDITIONS = [Condition(t, o, k) for k in K2S for o in ORDERS for t in TIES]
 
 @dataclass(frozen=True)
 class StudentModel:
-    """What the student does with what it is shown (measured on the demo's 16 games, README
-    "The demo" and "Choices behind the demo", before this experiment):
+    """What the student does with what it is shown (measured on the demo's 16 games before this
+    experiment: the demo's earlier runs, results/demo_alfworld_gemma270m/ and its choices/):
     - `copy`: P(solve | shown a solution of this game, one memory): 9 of the 10 games whose
       expert trajectory fits the student's cap were solved in the demo's epoch 2 (0.9);
     - `mix`: the share of those kept when three memories are shown: RAG on the expert's bank

@@ -9,7 +9,8 @@ The games (valid_seen) are chosen for a robust margin: three short games whose e
 trajectories (4-5 steps) the model copies step for step when given them, so with the expert's
 memory it solves them and without memory it solves none; and two it cannot solve by copying
 within the 8-step cap: one the expert itself failed (50 steps) and one the expert needed 41
-steps for. The assertions are the mechanism of the README's second design, counted: similarity
+steps for. The assertions are the mechanism under oldest-first ties with each attempt older (the
+earlier designs' setting, docs/experiments.md "Why the tie rule matters"), counted: similarity
 shows every game its failed attempt in every epoch; once a memory has failed, MemRL never
 injects it again and RAG always does; and MemRL then solves more games than RAG.
 """
