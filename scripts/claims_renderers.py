@@ -201,7 +201,20 @@ def demo(results: Path) -> str:
             f"before the run {pred.get('power', float('nan')):.2f}).\n")
 
 
+def test_times(results: Path) -> str:
+    """The suite's times from a `.ci/run` on a fresh clone (results/test_times/, written by
+    scripts/ci_times.py from its log)."""
+    runs = _json(results / "test_times" / "ci_runs.json")
+    lines = []
+    for r in runs:
+        lines.append(f"- {r['label']}: set-up {r['setup_s']} s, parallel pass {r['parallel_s']} s, serial pass "
+                     f"{r['serial_s']} s, {r['total_s']} s in all; {r['passed']} passed, {r['failed']} failed, "
+                     f"{r['skipped']} skipped (commit {r['commit'][:7]})")
+    return "Measured with `.ci/run` on a fresh clone, 2 cores (results/test_times/):\n\n" + "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[Path], str]] = {
+    "test-times": test_times,
     "first-run": first_run,
     "demo": demo,
     "sensitivity-games": sensitivity_games,
