@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from memrl.core.rundir import RunDir
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "scripts"
 PAPER_EPISODES = 35_530  # ALFWorld: 3,553 training games x 10 epochs
@@ -128,10 +130,10 @@ def bench_size(n_tasks: int, epochs: int, a: argparse.Namespace, work: Path, con
     load_before = os.getloadavg()
     print(f"[{n_tasks}x{epochs}] run ...", file=sys.stderr, flush=True)
     train = measured([*py, "run", *args], env=env, cwd=work, what="run")
-    episodes = sum(1 for line in (run / "episodes.jsonl").open() if line.strip())
+    episodes = sum(1 for line in RunDir(run).episodes.open() if line.strip())
     files = disk(run)
     total = sum(files.values())
-    records = files.get("episodes.jsonl", 0)
+    records = files.get(RunDir.EPISODES, 0)
     res: dict[str, Any] = {
         "n_tasks": n_tasks, "epochs": epochs, "episodes": episodes, "run": train,
         "harness_ms_per_episode": {"cpu": round(1000 * train["cpu_s"] / episodes, 2),

@@ -69,7 +69,7 @@ class AsyncSchedule:
         self.by_id = {t.task_id: t for t in tasks}
         live = set(epochs)
         self.done: dict[int, set[str]] = {e: set() for e in epochs}  # committed, per epoch
-        for r in iter_jsonl(runner.run_dir.episodes):
+        for r in iter_jsonl(runner.run_dir.episodes, runner.tail_start):  # epochs before are complete
             if int(r["epoch"]) in live:
                 self.done[int(r["epoch"])].add(str(r["task_id"]))
         self.mine: dict[Cell, Launch] = {}  # launched (this session or a stopped one), in log order

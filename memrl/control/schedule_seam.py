@@ -25,6 +25,7 @@ class ScheduledRun(Protocol):
     tally: "RunTally"
     seed: int
     version: int  # episode updates committed to the bank
+    tail_start: int  # the byte of episodes.jsonl where the records after the last epoch end begin
     workers: int
     run_dir: "RunDir"
     launch_log: "LaunchLog"

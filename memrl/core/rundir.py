@@ -16,7 +16,11 @@ tools, tests) takes its paths from a `RunDir`, so a file name exists once. Layou
       mem0/                memory=mem0 only: mem0's own store (vector store, history, ledger)
       bank_updates.jsonl   the log of bank updates (Q before -> after), one line per batch
                            (memrl.journal.banklog)
+      memories.idx         the index of memories.jsonl (memrl.memory.textstore; derived, rebuilt
+                           when it does not fit)
       state/               checkpoint.json, eval_checkpoint.json, journal.json, last_commit.json,
+                           tally.json (the run's counts at its last epoch end, so a resumed run
+                           reads only the records after it; memrl.control.live),
                            launches.jsonl (runner.schedule=async: each episode's retrieval,
                            logged before it starts; memrl.journal.launches),
                            lock (memrl.core.lock: held by the one process running the directory)
@@ -47,6 +51,7 @@ class RunDir:
     EPISODES = "episodes.jsonl"
     EVAL_EPISODES = "eval_episodes.jsonl"
     MEMORIES = "memories.jsonl"
+    MEMORIES_INDEX = "memories.idx"
     METRICS = "metrics.json"
     PLOTS = "plots"
     BANK = "bank"
@@ -58,6 +63,7 @@ class RunDir:
     JOURNAL = "journal.json"
     LAST_COMMIT = "last_commit.json"
     LAUNCHES = "launches.jsonl"
+    TALLY = "tally.json"
     LOCK = "lock"
     HYDRA = ".hydra"
     LOG = "run.log"
@@ -93,6 +99,11 @@ class RunDir:
     @property
     def memories(self) -> Path:
         return self.root / self.MEMORIES
+
+    @property
+    def memories_index(self) -> Path:
+        """The index of memories.jsonl (memrl.memory.textstore.index_path names it the same)."""
+        return self.root / self.MEMORIES_INDEX
 
     @property
     def metrics(self) -> Path:
@@ -141,6 +152,11 @@ class RunDir:
     def launches(self) -> Path:
         """The launch log of an async run (memrl.journal.launches)."""
         return self.state / self.LAUNCHES
+
+    @property
+    def tally(self) -> Path:
+        """The run's counts as of its last epoch end (memrl.control.live.RunTally)."""
+        return self.state / self.TALLY
 
     @property
     def lock(self) -> Path:

@@ -3,26 +3,30 @@ brings the directory back to its last commit on start, and keeps the transfer ev
 records and checkpoint; `Checkpoint` is what a commit leaves.
 
 Commit protocol for one batch (paths named by `memrl.core.rundir.RunDir`):
-  1. state/journal.json    <- the planned bank update, the batch's records and what the
-                             commit logs (its bank-update line, the texts it names) (atomic)
-  2. bank/                 <- apply the update (idempotent: absolute values)
-  3. memories.jsonl        <- the texts the records name (content-addressed: idempotent)
+  1. state/journal.json    <- the planned bank update (new vectors as float32 bytes), the
+                             batch's records, what the commit logs (its bank-update line, the
+                             texts it names) and where its lines will begin in the two logs
+                             (`at`) (atomic)
+  2. memories.jsonl        <- the texts the records and the update name (content-addressed:
+                             idempotent; a run's bank reads its texts from this file)
+  3. bank/                 <- apply the update (idempotent: absolute values)
   4. episodes.jsonl        <- append the records (fsync)
   5. bank_updates.jsonl    <- append the batch's line: Q before -> after, added, removed (fsync)
   6. state/checkpoint.json <- (epoch, batch) committed and the bank's entry count (atomic
                              write); then the journal becomes state/last_commit.json.
-On start (`RunJournal.recover`, with the checks of memrl.journal.recovery): episode lines
-beyond the checkpoint (a torn append) are dropped, a committed last batch that lost records
-is restored from its copy, the bank's entry count is checked against the checkpoint's,
-bank-update lines beyond the checkpoint are dropped, and a journal newer than the checkpoint
-is re-applied, so a replayed commit appends each line exactly once. A batch that never
-reached its journal is replayed; the response cache makes that replay free and identical.
+On start (`RunJournal.recover`): the two logs are brought back to the last commit by their
+tails (memrl.journal.tail: lines past the checkpoint, from a torn or orphaned append, are
+cut; a committed last batch that lost records is restored from its copy), reading and
+rewriting nothing before; where the tail does not say, the whole file is read and checked
+(memrl.journal.recovery: restored, or refused). The bank's entry count is checked against the
+checkpoint's, and a journal newer than the checkpoint is re-applied, so a replayed commit
+appends each line exactly once. A batch that never reached its journal is replayed; the
+response cache makes that replay free and identical.
 What the records and the logs hold is built by memrl.journal.commit_log.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -32,8 +36,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 from memrl.core.records import Task, append_jsonl, rewrite_jsonl, write_json_atomic
 from memrl.core.rundir import RunDir
 from memrl.core.storage import writing
-from memrl.journal import recovery
-from memrl.journal.commit_log import CommitLog
+from memrl.journal import recovery, tail
+from memrl.journal.commit_log import CommitLog, bank_update_lines
 from memrl.memory.entry import BankUpdate
 
 if TYPE_CHECKING:
@@ -61,8 +65,7 @@ class Checkpoint:
         return self.batch >= 0 or self.epoch > 1
 
 
-def _lines(records: Sequence[dict]) -> list[str]:
-    return [json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records]
+_lines = tail.record_lines
 
 
 class RunJournal:
@@ -89,6 +92,46 @@ class RunJournal:
         with writing(self.rd.episodes, "the episode records"):
             rewrite_jsonl(self.rd.episodes, records)
 
+    def _tail_fixes(self, ckpt: Checkpoint, pending: dict[str, Any] | None,
+                    copy: dict[str, Any] | None) -> list[tail.TailFix] | None:
+        """How to bring both logs back to the last commit from their tails alone (None: the
+        journal kept does not tell where they end, or their tails disagree with it)."""
+        if not ckpt.any_committed or copy is None or "at" not in copy \
+                or (int(copy["epoch"]), int(copy["batch"])) != ckpt.last:
+            return None
+        at = copy["at"]
+        lines = {self.rd.episodes: tail.encoded(_lines(copy["records"])),
+                 self.rd.bank_updates: tail.encoded(bank_update_lines(copy.get("extras")))}
+        starts = {self.rd.episodes: int(at["episodes"]), self.rd.bank_updates: int(at["bank_updates"])}
+        if pending is not None and pending.get("at") != {
+                "episodes": starts[self.rd.episodes] + len(lines[self.rd.episodes]),
+                "bank_updates": starts[self.rd.bank_updates] + len(lines[self.rd.bank_updates])}:
+            return None
+        fixes = []
+        for path, body in lines.items():
+            fix = tail.inspect(path, starts[path], body, ckpt.after)
+            if fix is None:
+                return None
+            fixes.append(fix)
+        return fixes
+
+    def _check_records(self, ckpt: Checkpoint, last_copy: dict[str, Any] | None,
+                       batches: Sequence[Sequence[Task]] | None, n_tasks: int | None,
+                       asynchronous: bool) -> tuple[list[dict], int]:
+        """The committed records after reading the whole file (memrl.journal.recovery): those
+        of committed batches, the last one restored from its copy if cut; refused otherwise."""
+        episodes = self.rd.episodes
+        records = recovery.read_records(episodes) if episodes.exists() else []
+        if batches is None and n_tasks is None:
+            return [r for r in records if ckpt.after(int(r["epoch"]), int(r["batch"]))], 0
+        if asynchronous:
+            cells = recovery.async_cells(records, last_copy, ckpt.last if ckpt.any_committed else None,
+                                         n_tasks or sum(map(len, batches or [])))
+        else:
+            cells = recovery.committed_cells(ckpt.after, batches or [], max(ckpt.epoch, 1))
+        return recovery.repair_records(episodes, records, cells, ckpt.last if ckpt.any_committed else None,
+                                       last_copy)
+
     def recover(self, batches: Sequence[Sequence[Task]] | None = None, n_tasks: int | None = None, *,
                 asynchronous: bool = False) -> Checkpoint:
         """Bring the run directory to its last commit (module doc): records of committed
@@ -103,27 +146,26 @@ class RunJournal:
         pending = journal is not None and not ckpt.after(journal["epoch"], journal["batch"])
         if journal is not None and not pending:  # committed; its rename to last_commit was cut
             last_copy = journal
-        episodes = self.rd.episodes
-        records = recovery.read_records(episodes) if episodes.exists() else []
-        if batches is not None or n_tasks is not None:
-            if asynchronous:
-                cells = recovery.async_cells(records, last_copy, ckpt.last if ckpt.any_committed else None,
-                                             n_tasks or sum(map(len, batches or [])))
-            else:
-                cells = recovery.committed_cells(ckpt.after, batches, max(ckpt.epoch, 1))
-            keep, restored = recovery.repair_records(episodes, records, cells,
-                                                     ckpt.last if ckpt.any_committed else None, last_copy)
-        else:
-            keep = [r for r in records if ckpt.after(int(r["epoch"]), int(r["batch"]))]
-            restored = 0
         update = BankUpdate.from_dict(journal["update"]) if pending else None
+        fixes = self._tail_fixes(ckpt, journal if pending else None, last_copy)
+        if fixes is None:  # the tails do not say: read and check the whole record file
+            keep, restored = self._check_records(ckpt, last_copy, batches, n_tasks, asynchronous)
         recovery.check_bank(self.memory.entry_count(), ckpt.bank_entries, where=self.rd.bank,
                             last=ckpt.last, low=len(update.delete) if update else 0,
                             high=len(update.add) if update else 0)
-        if restored or episodes.exists():  # also drops a torn last line
-            self._write_episodes(keep)
-        with writing(self.rd.bank_updates, "the bank-update log"):
-            self.commit_log.truncate(ckpt.after)
+        if fixes is not None:
+            for fix in fixes:
+                if fix.action == "restore" and fix.path == self.rd.episodes:
+                    log.warning("%s lacked records of the last committed batch (epoch %d, batch %d): "
+                                "restored from its journal", fix.path, *ckpt.last)
+                with writing(fix.path, "the episode records" if fix.path == self.rd.episodes
+                             else "the bank-update log"):
+                    fix.apply()
+        else:
+            if restored or self.rd.episodes.exists():  # also drops a torn last line
+                self._write_episodes(keep)
+            with writing(self.rd.bank_updates, "the bank-update log"):
+                self.commit_log.truncate(ckpt.after)
         if pending:
             log.info("recovering batch %s of epoch %s from its journal", journal["batch"], journal["epoch"])
             self.commit(journal["epoch"], journal["batch"], update, journal["records"],
@@ -143,13 +185,14 @@ class RunJournal:
         if not journal_written:
             extras = self.commit_log.prepare(epoch, batch, update, self.memory, texts or {},
                                              first=not rd.checkpoint.exists())
+            at = {"episodes": tail.size_of(rd.episodes), "bank_updates": tail.size_of(rd.bank_updates)}
             with writing(rd.journal, "the commit journal"):
                 write_json_atomic(rd.journal, {"epoch": epoch, "batch": batch, "update": update.to_dict(),
-                                               "records": records, "extras": extras})
-        with writing(rd.bank, "the memory bank", any_error=True):
-            self.memory.apply(update)
+                                               "records": records, "extras": extras, "at": at}, indent=None)
         with writing(rd.memories, "the memory texts"):
             self.commit_log.write_texts(extras)
+        with writing(rd.bank, "the memory bank", any_error=True):
+            self.memory.apply(update)
         with writing(rd.episodes, "the episode records"):
             append_jsonl(rd.episodes, _lines(records))
         with writing(rd.bank_updates, "the bank-update log"):
@@ -163,14 +206,22 @@ class RunJournal:
     # ------------------------------------------------------------ transfer eval
     def recover_eval(self) -> Checkpoint:
         """The evaluation's checkpoint, its records cut back to it (the evaluation changes no
-        bank, so a batch past it is simply played again)."""
+        bank, so a batch past it is simply played again): by the file's size at that
+        checkpoint when it records one, else by reading the records."""
         path = self.rd.eval_episodes
         d = recovery.read_state(self.rd.eval_checkpoint, "the evaluation checkpoint", recovery.CHECKPOINT_FIX)
         ckpt = Checkpoint(epoch=int(d["epoch"]), batch=int(d["batch"])) if d else Checkpoint()
-        if path.exists():
-            keep = [r for r in recovery.read_records(path) if ckpt.after(int(r["epoch"]), int(r["batch"]))]
+        if not path.exists():
+            return ckpt
+        end = int(d["bytes"]) if d and "bytes" in d else None
+        fix = tail.inspect(path, end, b"", ckpt.after) if end is not None else None
+        if fix is not None:
             with writing(path, "the evaluation records"):
-                rewrite_jsonl(path, keep)
+                fix.apply()
+            return ckpt
+        keep = [r for r in recovery.read_records(path) if ckpt.after(int(r["epoch"]), int(r["batch"]))]
+        with writing(path, "the evaluation records"):
+            rewrite_jsonl(path, keep)
         return ckpt
 
     def commit_eval(self, epoch: int, batch: int, records: list[dict],
@@ -183,4 +234,5 @@ class RunJournal:
         with writing(rd.eval_episodes, "the evaluation records"):
             append_jsonl(rd.eval_episodes, _lines(records))
         with writing(rd.eval_checkpoint, "the evaluation checkpoint"):
-            write_json_atomic(rd.eval_checkpoint, {"epoch": epoch, "batch": batch})
+            write_json_atomic(rd.eval_checkpoint, {"epoch": epoch, "batch": batch,
+                                                   "bytes": tail.size_of(rd.eval_episodes)})

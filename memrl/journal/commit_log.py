@@ -62,6 +62,13 @@ def memory_texts(memories: Iterable[Sequence[RetrievedMemory]]) -> dict[str, dic
                  for ms in memories)
 
 
+def bank_update_lines(extras: dict[str, Any] | None) -> list[str]:
+    """The bank-update log lines a commit appends (none, or its batch's line)."""
+    if extras and extras.get("bank_update") is not None:
+        return [json.dumps(extras["bank_update"], ensure_ascii=False, sort_keys=True)]
+    return []
+
+
 class CommitLog:
     """`memories.jsonl` and `bank_updates.jsonl` of one run, as the commit step writes them."""
 
@@ -83,9 +90,9 @@ class CommitLog:
 
     def write_bank_update(self, extras: dict[str, Any] | None) -> None:
         """After the records, before the checkpoint (recovery drops a line past it)."""
-        if extras and extras.get("bank_update") is not None:
-            append_jsonl(self.rd.bank_updates,
-                         [json.dumps(extras["bank_update"], ensure_ascii=False, sort_keys=True)])
+        lines = bank_update_lines(extras)
+        if lines:
+            append_jsonl(self.rd.bank_updates, lines)
 
     def truncate(self, committed: Callable[[int, int], bool]) -> None:
         """On recovery: keep only the bank-update lines of committed batches."""

@@ -32,7 +32,7 @@ class LearnItem:
     epoch: int
     digest: dict[str, Any] | None = None
     errored: bool = False
-    embedding: list[float] = field(default_factory=list)  # the task intent's embedding
+    embedding: Any = field(default_factory=list)  # the task intent's embedding (a float32 row)
 
 
 @dataclass
@@ -169,7 +169,7 @@ class EntryMemory(MemoryModule):
 
     def _entry_key(self, it: LearnItem) -> tuple[str, list[float]]:
         """(intent text, key embedding) of the episode's new entry."""
-        vec = it.embedding if it.embedding else self.embedder.embed([it.task.intent])[0]
+        vec = it.embedding if len(it.embedding) else self.embedder.embed([it.task.intent])[0]
         return it.task.intent, [float(v) for v in vec]
 
 
@@ -194,7 +194,11 @@ class BankedMemory(EntryMemory):
     def __init__(self, settings: Any, *, bank_dir: str | Path, embedder: Any):
         self.s = settings
         self.embedder = embedder
-        self.bank = settings.bank.open(bank_dir)
+        # a run's bank (`<run>/bank`) keeps its texts in the run's memories.jsonl, which the
+        # commit log writes too: each text is stored once (memrl.memory.bank)
+        bank_dir = Path(bank_dir)
+        texts = RunDir(bank_dir.parent).memories if bank_dir.name == RunDir.BANK else None
+        self.bank = settings.bank.open(bank_dir, texts=texts)
         self.bank_facts: dict[str, Any] = {}
         if settings.bank.init_from:
             from memrl.memory.bankio import seed_once

@@ -97,10 +97,9 @@ def load_run(path: str | Path) -> Run | None:
     rd = RunDir(path)
     path = rd.root
     card = json.loads(rd.card.read_text(encoding="utf-8"))
-    records = read_episodes(rd.episodes)
-    evals = read_episodes(rd.eval_episodes) if rd.eval_episodes.is_file() else []
-    for r in records + evals:  # the report never reads transcripts: free them
-        r.transcript = []
+    # the report never reads transcripts or model calls: they are dropped as each line is read
+    records = read_episodes(rd.episodes, light=True)
+    evals = read_episodes(rd.eval_episodes, light=True) if rd.eval_episodes.is_file() else []
     if not records:
         return None
     task_ids, epochs, S, notes = complete_matrix(records)
