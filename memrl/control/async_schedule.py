@@ -18,6 +18,7 @@ from memrl.core.stops import BUDGET, FAILED, RunRefused, RunStopped
 from memrl.journal import recovery
 from memrl.journal.commit import Checkpoint
 from memrl.journal.launches import Launch, LaunchLog, first_launches
+from memrl.memory.textstore import TextStore
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -65,6 +66,9 @@ class AsyncSchedule:
     def __init__(self, runner: "ScheduledRun", pool: ThreadPoolExecutor, epochs: list[int], tasks: list[Task],
                  source: Source | None) -> None:
         self.runner, self.pool, self.epochs, self.source = runner, pool, epochs, source
+        self.texts = TextStore(runner.run_dir.memories, read_only=True)  # what launches name
+        self.source_texts = TextStore(RunDir(Path(str(runner.s.replay_from)).expanduser()).memories,
+                                      read_only=True) if source is not None else None
         self.total = len(tasks)
         self.by_id = {t.task_id: t for t in tasks}
         live = set(epochs)
@@ -164,12 +168,12 @@ class AsyncSchedule:
         epoch, task = nxt.epoch, self.by_id[nxt.task_id]
         logged = self.mine.get((epoch, task.task_id))
         if logged is not None:  # launched by a session that stopped: replay it
-            launch, memories = logged, logged.retrieved()
+            launch, memories = logged, logged.retrieved(self.texts)
         else:
             memories = runner.retrieve(task, derive_seed(runner.seed, "retrieve", epoch, task.task_id))
             if self.source is not None:
                 self.check_replayed(nxt, memories)
-                memories = nxt.retrieved()
+                memories = nxt.retrieved(self.source_texts)
             launch = Launch.of(epoch, task.task_id, self.next_launch[epoch], runner.version, memories)
             self.next_launch[epoch] += 1
             runner.launch_log.append(launch)  # before the episode starts

@@ -87,6 +87,7 @@ class Runner:
         self._solved: set[str] = set()
         self.tally = RunTally(n_tasks=0)
         self.version = 0  # episode updates committed to the bank (training, all epochs)
+        self.commits = 0  # commits of this session (training and evaluation)
 
     # ------------------------------------------------------------- persistence
     def load_checkpoint(self) -> Checkpoint:
@@ -196,6 +197,7 @@ class Runner:
                 self.tally.add(records)
             else:
                 self.journal.commit_eval(epoch, batch, records, texts)
+        self.commits += 1
         if learn:
             self.version += len(records)
             self._solved.update(r["task_id"] for r in records if r["success"])
