@@ -120,8 +120,10 @@ class AsyncSchedule:
                 self.collect_finished()
                 self.commit_ready()
                 if self.stop is not None and not self.in_flight:
+                    runner.sync()
                     raise self.stop
                 self.check_stall()
+            runner.sync()
         finally:
             self.bar.close()
         return Checkpoint(epochs[-1], total - 1)  # the loop ends with every epoch committed
@@ -176,7 +178,7 @@ class AsyncSchedule:
                 memories = nxt.retrieved(self.source_texts)
             launch = Launch.of(epoch, task.task_id, self.next_launch[epoch], runner.version, memories)
             self.next_launch[epoch] += 1
-            runner.launch_log.append(launch)  # before the episode starts
+            runner.launch_log.append(launch, sync=False)  # before the episode starts (synced with commits)
             self.mine[(epoch, task.task_id)] = launch
         self.in_flight[self.pool.submit(runner.play, epoch, -1, task, memories)] = launch
 

@@ -192,8 +192,8 @@ class Runner:
             mark_written(records, update)
         texts = memory_texts(item.injected for _, item in played)
         with self.gate.committing():
-            if update is not None:
-                self.journal.commit(epoch, batch, update, records, texts)
+            if update is not None:  # async: one episode a commit, made durable in groups (`sync`)
+                self.journal.commit(epoch, batch, update, records, texts, grouped=in_flight is not None)
                 self.tally.add(records)
             else:
                 self.journal.commit_eval(epoch, batch, records, texts)
@@ -214,9 +214,15 @@ class Runner:
             self._postfix(bar, epoch, in_flight=in_flight)
         return errored
 
+    def sync(self) -> None:
+        """Make grouped commits durable now (memrl.journal.commit)."""
+        with self.gate.committing():
+            self.journal.sync()
+
     def end_epoch(self, epoch: int) -> None:
-        """A training epoch is committed: its counts kept (state/tally.json), its log line,
-        then `on_epoch_end` (its metrics)."""
+        """A training epoch is committed (and durable): its counts kept (state/tally.json), its
+        log line, then `on_epoch_end` (its metrics)."""
+        self.sync()
         with writing(self.run_dir.tally, "the run's counts"):
             self.tally.save(self.run_dir)
         log.info("%s", self.tally.epoch_line(epoch, self.s.epochs))

@@ -1,6 +1,6 @@
 """What a schedule (memrl.control.batch_schedule, async_schedule) needs of the run it plays: the
-runner's settings, gate, tally and bank version, and its four steps (retrieve, play, commit the
-played episodes, end an epoch). memrl.control.runner.Runner is the one implementation; the
+runner's settings, gate, tally and bank version, and its steps (retrieve, play, commit the
+played episodes, make grouped commits durable, end an epoch). memrl.control.runner.Runner is the one implementation; the
 schedules name this protocol, so they do not import the runner that drives them."""
 
 from __future__ import annotations
@@ -40,5 +40,7 @@ class ScheduledRun(Protocol):
                       in_flight: int | None = None) -> int: ...
 
     def end_epoch(self, epoch: int) -> None: ...
+
+    def sync(self) -> None: ...
 
     def progress(self, total: int, done: int, desc: str) -> "tqdm": ...

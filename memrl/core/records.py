@@ -219,15 +219,29 @@ class EpisodeRecord:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-def append_jsonl(path: str | Path, rows: Iterable[str]) -> None:
-    """Append pre-serialised JSON lines and fsync, so a crash never leaves half a batch."""
+def append_jsonl(path: str | Path, rows: Iterable[str], *, sync: bool = True) -> None:
+    """Append pre-serialised JSON lines and fsync, so a crash never leaves half a batch
+    (`sync=False`: flushed only, for a commit whose durability comes later, `sync_file`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as fh:
         for row in rows:
             fh.write(row + "\n")
         fh.flush()
-        os.fsync(fh.fileno())
+        if sync:
+            os.fsync(fh.fileno())
+
+
+def sync_file(path: str | Path) -> None:
+    """fsync a file written before (nothing when it does not exist)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def iter_jsonl(path: str | Path, start: int = 0) -> Iterator[dict[str, Any]]:

@@ -19,6 +19,8 @@ tools, tests) takes its paths from a `RunDir`, so a file name exists once. Layou
       memories.idx         the index of memories.jsonl (memrl.memory.textstore; derived, rebuilt
                            when it does not fit)
       state/               checkpoint.json, eval_checkpoint.json, journal.json, last_commit.json,
+                           group.jsonl (runner.schedule=async: the journals of the commits since
+                           the last checkpoint, memrl.journal.commit),
                            tally.json (the run's counts at its last epoch end, so a resumed run
                            reads only the records after it; memrl.control.live),
                            launches.jsonl (runner.schedule=async: each episode's retrieval,
@@ -61,6 +63,7 @@ class RunDir:
     CHECKPOINT = "checkpoint.json"
     EVAL_CHECKPOINT = "eval_checkpoint.json"
     JOURNAL = "journal.json"
+    GROUP = "group.jsonl"
     LAST_COMMIT = "last_commit.json"
     LAUNCHES = "launches.jsonl"
     TALLY = "tally.json"
@@ -142,6 +145,11 @@ class RunDir:
     @property
     def journal(self) -> Path:
         return self.state / self.JOURNAL
+
+    @property
+    def group(self) -> Path:
+        """The journals of the grouped commits since the last checkpoint (memrl.journal.commit)."""
+        return self.state / self.GROUP
 
     @property
     def last_commit(self) -> Path:

@@ -22,18 +22,30 @@ rewriting nothing before; where the tail does not say, the whole file is read an
 checkpoint's, and a journal newer than the checkpoint is re-applied, so a replayed commit
 appends each line exactly once. A batch that never reached its journal is replayed; the
 response cache makes that replay free and identical.
+
+Grouped commits (`grouped=True`, the async schedule: one commit per episode): a commit's
+journal is appended, fsynced, to `state/group.jsonl` instead of written as journal.json,
+then texts, bank, records and bank-update line are written without a sync of their own and
+no checkpoint follows. `sync` (every `GROUP_COMMITS` commits or `GROUP_SECONDS`, at epoch
+ends, and after the run's first commit) syncs the files once for the whole group, writes the checkpoint of its last
+commit and its copy, and empties group.jsonl: one fsync per episode instead of seven. On
+start, the group's journals past the checkpoint are re-applied in order, exactly as a
+journal.json is, so a crash (kill -9 or power loss) anywhere in a group loses nothing that
+reached group.jsonl, and what did not reach it is replayed.
 What the records and the logs hold is built by memrl.journal.commit_log.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from memrl.core.records import Task, append_jsonl, rewrite_jsonl, write_json_atomic
+from memrl.core.records import Task, append_jsonl, iter_jsonl, rewrite_jsonl, sync_file, write_json_atomic
 from memrl.core.rundir import RunDir
 from memrl.core.storage import writing
 from memrl.journal import recovery, tail
@@ -66,6 +78,12 @@ class Checkpoint:
 
 
 _lines = tail.record_lines
+GROUP_COMMITS = 64  # grouped commits between checkpoints at most
+GROUP_SECONDS = 2.0  # and at most this long after the group's first commit
+
+
+def _journal_line(entry: dict[str, Any]) -> str:
+    return json.dumps(entry, ensure_ascii=False, sort_keys=True)
 
 
 class RunJournal:
@@ -77,6 +95,8 @@ class RunJournal:
         self.rd = RunDir(run_dir)
         self.memory = memory
         self.commit_log = CommitLog(self.rd)
+        self._group: list[dict[str, Any]] = []  # grouped commits since the last checkpoint
+        self._group_since = 0.0
 
     # ------------------------------------------------------------------ training
     def load_checkpoint(self) -> Checkpoint:
@@ -146,13 +166,17 @@ class RunJournal:
         pending = journal is not None and not ckpt.after(journal["epoch"], journal["batch"])
         if journal is not None and not pending:  # committed; its rename to last_commit was cut
             last_copy = journal
-        update = BankUpdate.from_dict(journal["update"]) if pending else None
-        fixes = self._tail_fixes(ckpt, journal if pending else None, last_copy)
+        # the journals to re-apply, in order: a grouped commits' journal, or journal.json
+        todo = [e for e in self._read_group() if not ckpt.after(int(e["epoch"]), int(e["batch"]))]
+        if pending:
+            todo.append(journal)
+        updates = [BankUpdate.from_dict(e["update"]) for e in todo]
+        fixes = self._tail_fixes(ckpt, todo[0] if todo else None, last_copy)
         if fixes is None:  # the tails do not say: read and check the whole record file
             keep, restored = self._check_records(ckpt, last_copy, batches, n_tasks, asynchronous)
         recovery.check_bank(self.memory.entry_count(), ckpt.bank_entries, where=self.rd.bank,
-                            last=ckpt.last, low=len(update.delete) if update else 0,
-                            high=len(update.add) if update else 0)
+                            last=ckpt.last, low=sum(len(u.delete) for u in updates),
+                            high=sum(len(u.add) for u in updates))
         if fixes is not None:
             for fix in fixes:
                 if fix.action == "restore" and fix.path == self.rd.episodes:
@@ -166,42 +190,95 @@ class RunJournal:
                 self._write_episodes(keep)
             with writing(self.rd.bank_updates, "the bank-update log"):
                 self.commit_log.truncate(ckpt.after)
-        if pending:
-            log.info("recovering batch %s of epoch %s from its journal", journal["batch"], journal["epoch"])
-            self.commit(journal["epoch"], journal["batch"], update, journal["records"],
-                        extras=journal.get("extras"), journal_written=True)
+        for entry, update in zip(todo, updates):
+            log.info("recovering batch %s of epoch %s from its journal", entry["batch"], entry["epoch"])
+            if entry is not journal:  # a grouped commit's journal becomes journal.json, then commits
+                with writing(self.rd.journal, "the commit journal"):
+                    write_json_atomic(self.rd.journal, entry, indent=None)
+            self.commit(entry["epoch"], entry["batch"], update, entry["records"],
+                        extras=entry.get("extras"), journal_written=True)
+        if self.rd.group.exists():
+            with writing(self.rd.group, "the commit journal"):
+                self.rd.group.unlink()
+        if todo:
             return self.load_checkpoint()
         if journal is not None:
             with writing(self.rd.last_commit, "the last commit's copy"):
                 os.replace(self.rd.journal, self.rd.last_commit)
         return ckpt
 
+    def _read_group(self) -> list[dict[str, Any]]:
+        """The grouped commits' journals (a torn last line, a crash mid-append, left out)."""
+        try:
+            return list(iter_jsonl(self.rd.group))
+        except ValueError as exc:
+            raise recovery.RunRefused(f"the commit journal {self.rd.group} is corrupt ({exc}); "
+                                      f"{recovery.JOURNAL_FIX}") from exc
+
     def commit(self, epoch: int, batch: int, update: BankUpdate, records: list[dict],
                texts: dict[str, dict[str, str]] | None = None, *,
-               extras: dict[str, Any] | None = None, journal_written: bool = False) -> None:
+               extras: dict[str, Any] | None = None, journal_written: bool = False,
+               grouped: bool = False) -> None:
         """Commit one batch (the protocol above). `texts`: the injected memories' texts the
-        records name; `extras` (recovery): what the journal says the commit logs."""
+        records name; `extras` (recovery): what the journal says the commit logs; `grouped`:
+        a grouped commit, made durable with its group by `sync` (module doc)."""
         rd = self.rd
         if not journal_written:
             extras = self.commit_log.prepare(epoch, batch, update, self.memory, texts or {},
-                                             first=not rd.checkpoint.exists())
+                                             first=not rd.checkpoint.exists() and not self._group)
             at = {"episodes": tail.size_of(rd.episodes), "bank_updates": tail.size_of(rd.bank_updates)}
-            with writing(rd.journal, "the commit journal"):
-                write_json_atomic(rd.journal, {"epoch": epoch, "batch": batch, "update": update.to_dict(),
-                                               "records": records, "extras": extras, "at": at}, indent=None)
+            entry = {"epoch": epoch, "batch": batch, "update": update.to_dict(), "records": records,
+                     "extras": extras, "at": at}
+            with writing(rd.journal if not grouped else rd.group, "the commit journal"):
+                if grouped:
+                    append_jsonl(rd.group, [_journal_line(entry)])
+                else:
+                    write_json_atomic(rd.journal, entry, indent=None)
+        later = {"sync": False} if grouped else {}  # a grouped commit's files are synced by `sync`
         with writing(rd.memories, "the memory texts"):
-            self.commit_log.write_texts(extras)
+            self.commit_log.write_texts(extras, **later)
         with writing(rd.bank, "the memory bank", any_error=True):
+            if grouped:
+                self.memory.hold()  # durable with the group (`sync`)
             self.memory.apply(update)
         with writing(rd.episodes, "the episode records"):
-            append_jsonl(rd.episodes, _lines(records))
+            append_jsonl(rd.episodes, _lines(records), **later)
         with writing(rd.bank_updates, "the bank-update log"):
-            self.commit_log.write_bank_update(extras)
+            self.commit_log.write_bank_update(extras, **later)
+        if grouped:
+            if not self._group:
+                self._group_since = time.monotonic()
+            self._group.append(entry)
+            if len(self._group) >= GROUP_COMMITS or time.monotonic() - self._group_since >= GROUP_SECONDS \
+                    or not rd.checkpoint.exists():  # the run's first commit is checkpointed at once
+                self.sync()
+            return
         with writing(rd.checkpoint, "the checkpoint"):
             write_json_atomic(rd.checkpoint, {"epoch": epoch, "batch": batch,
                                               "bank_entries": self.memory.entry_count()})
         with writing(rd.last_commit, "the last commit's copy"):
             os.replace(rd.journal, rd.last_commit)
+
+    def sync(self) -> None:
+        """Make the grouped commits durable: the files they wrote synced once, the checkpoint
+        of the last one and its copy written, group.jsonl emptied (module doc)."""
+        if not self._group:
+            return
+        rd, last = self.rd, self._group[-1]
+        for path, what in ((rd.memories, "the memory texts"), (rd.episodes, "the episode records"),
+                           (rd.bank_updates, "the bank-update log"), (rd.launches, "the launch log")):
+            with writing(path, what):
+                sync_file(path)
+        with writing(rd.bank, "the memory bank", any_error=True):
+            self.memory.flush()
+        with writing(rd.last_commit, "the last commit's copy"):
+            write_json_atomic(rd.last_commit, last, indent=None)
+        with writing(rd.checkpoint, "the checkpoint"):
+            write_json_atomic(rd.checkpoint, {"epoch": last["epoch"], "batch": last["batch"],
+                                              "bank_entries": self.memory.entry_count()})
+        with writing(rd.group, "the commit journal"):
+            rd.group.unlink(missing_ok=True)
+        self._group = []
 
     # ------------------------------------------------------------ transfer eval
     def recover_eval(self) -> Checkpoint:

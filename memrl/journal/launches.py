@@ -119,6 +119,7 @@ class LaunchLog:
         with writing(self.path, "the launch log"):
             cut_torn_tail(self.path)
 
-    def append(self, launch: Launch) -> None:
+    def append(self, launch: Launch, *, sync: bool = True) -> None:
+        """One line (`sync=False`: flushed, synced with the commits, memrl.journal.commit)."""
         with writing(self.path, "the launch log"):
-            append_jsonl(self.path, [launch.to_json()])
+            append_jsonl(self.path, [launch.to_json()], sync=sync)

@@ -341,6 +341,14 @@ class ChromaBank:
             self.index.delete(ids=orphans)
             self.entries.write(drop_keys=orphans)
 
+    def hold(self) -> None:
+        """Updates applied until `flush` need not be durable one by one (memrl.memory.entrystore)."""
+        self.entries.hold()
+
+    def flush(self) -> None:
+        """Make every applied update durable, and end a `hold`."""
+        self.entries.flush()
+
     def close(self) -> None:
         """Release the client. Chroma's close() stops its system (the index files), but its
         SQLite connection goes only with the last reference to the client's objects, some of

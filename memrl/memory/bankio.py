@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator, Literal
 
 from memrl.core.records import write_json_atomic
 from memrl.core.rundir import RunDir
-from memrl.memory.bank import KEYS_SUFFIX, SERVER_CLAIM, BankSettings, ChromaBank
+from memrl.memory.bank import KEYS_SUFFIX, SERVER_CLAIM, TEXTS_FILE, BankSettings, ChromaBank
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.entrystore import FILE as ENTRIES_FILE
 from memrl.memory.entrystore import EntryStore
@@ -107,8 +107,9 @@ def _collections(client: Any) -> list[str]:
 
 
 def _only_collection(chroma_dir: Path) -> str:
+    """The collection of a bank directory (a copy: opening it may write) that does not say it."""
     if (chroma_dir / ENTRIES_FILE).exists():
-        store = EntryStore(chroma_dir / ENTRIES_FILE, read_only=True)
+        store = EntryStore(chroma_dir / ENTRIES_FILE)
         try:
             name = store.facts().get("collection")
         finally:
@@ -148,9 +149,9 @@ class BankReader:
         self._tmp = tempfile.TemporaryDirectory(prefix="memrl-bank-read-")
         copy = Path(self._tmp.name) / "bank"
         source = self.src.chroma_dir
-        texts = self._texts_file(source)
-        skip = {texts.name, index_path(texts).name} if texts.parent == source else set()
-        shutil.copytree(source, copy, ignore=lambda d, names: [n for n in names if Path(d) == source and n in skip])
+        own_texts = {TEXTS_FILE, index_path(Path(TEXTS_FILE)).name}  # a bank's own texts: read in place
+        shutil.copytree(source, copy, ignore=lambda d, names: [n for n in names if Path(d) == source
+                                                                and n in own_texts])
         server = self.src.meta.get("server")
         name = self.collection or (server or {}).get("collection") or self.src.collection \
             or _only_collection(copy)
@@ -159,19 +160,10 @@ class BankReader:
             return self
         kw = {"host": server["host"], "port": server["port"]} if server else {}
         (copy / SERVER_CLAIM).unlink(missing_ok=True)  # never a conversion on a server
-        self._bank = ChromaBank(copy, collection=name, create=False, texts=texts, **kw)
+        self._bank = ChromaBank(copy, collection=name, create=False, **kw)
+        texts = (source / self._bank.entries.facts().get("texts", TEXTS_FILE)).resolve()
         self._bank.texts = TextStore(texts, read_only=True)
         return self
-
-    def _texts_file(self, source: Path) -> Path:
-        facts: dict[str, str] = {}
-        if (source / ENTRIES_FILE).exists():
-            store = EntryStore(source / ENTRIES_FILE, read_only=True)
-            try:
-                facts = store.facts()
-            finally:
-                store.close()
-        return (source / facts.get("texts", "memories.jsonl")).resolve()
 
     def _legacy_collection(self, copy: Path, name: str, server: dict[str, Any] | None) -> Any:
         import chromadb
@@ -481,6 +473,7 @@ def seed_once(bank: ChromaBank, bank_dir: str | Path, source: str | Path, embedd
                 yield e
 
         n = write_entries(bank, seeded())
+        bank.flush()  # durable before the marker says the seeding is done
     facts = {"source": src.describe(), "entries": n, "fingerprint": source.fingerprint,
              "id_prefix": SEED_PREFIX, "init_q": init_q,
              "seeded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

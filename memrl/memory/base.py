@@ -95,6 +95,16 @@ class MemoryModule(ABC):
     def apply(self, update: BankUpdate) -> None:
         return None
 
+    def hold(self) -> None:
+        """What `apply` writes until `flush` need not be durable update by update: the commit
+        protocol's grouped commits (memrl.journal.commit) journal each one first, and `flush`
+        before their checkpoint. Default: nothing to do (every apply is durable)."""
+        return None
+
+    def flush(self) -> None:
+        """Make what `apply` wrote durable, and end a `hold`; default: nothing to do."""
+        return None
+
     def model_probes(self, task: Task) -> list["ModelProbe"]:
         """The model calls the module makes around an episode of `task` (writing, judging),
         one per purpose, as it makes them (memrl.control.preflight); default none."""
@@ -225,6 +235,12 @@ class BankedMemory(EntryMemory):
     def apply(self, update: BankUpdate) -> None:
         self.bank.apply(update)  # an added id that exists is replaced (upsert)
 
+    def hold(self) -> None:
+        self.bank.hold()
+
+    def flush(self) -> None:
+        self.bank.flush()
+
     def bank_state(self, ids: list[str] | None) -> dict[str, dict[str, Any]] | None:
         entries = self.bank.iter_entries() if ids is None else self.bank.get(ids).values()
         return {e.memory_id: {"q": float(e.q), "visits": int(e.visits), "intent": e.intent,
@@ -271,6 +287,12 @@ class FrozenMemory(MemoryModule):
 
     def apply(self, update: BankUpdate) -> None:
         return None
+
+    def hold(self) -> None:
+        self.inner.hold()
+
+    def flush(self) -> None:
+        self.inner.flush()
 
     def entry_count(self) -> int | None:
         return self.inner.entry_count()

@@ -133,7 +133,9 @@ class EntryStore:
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(self.path, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=DELETE")  # a hold cut by a crash: its log folded in
             self.db.executescript(_SCHEMA)
+        self.held = False  # transactions durable only at `flush` (`hold`)
 
     # ------------------------------------------------------------------ facts
     def facts(self) -> dict[str, str]:
@@ -233,5 +235,24 @@ class EntryStore:
             if drop_keys:
                 self.db.executemany("DELETE FROM keys WHERE key_id = ?", [(k,) for k in drop_keys])
 
+    def hold(self) -> None:
+        """Until `flush`, transactions go to a write-ahead log that is not synced at each one
+        (a run's grouped commits: the run's own journal covers what a crash can lose). Every
+        transaction is durable otherwise (SQLite's rollback journal, synced)."""
+        if not self.held and not self.read_only:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.held = True
+
+    def flush(self) -> None:
+        """Make every transaction so far durable, and end a `hold` (the log synced, folded into
+        the file and removed)."""
+        if self.held:
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self.db.execute("PRAGMA journal_mode=DELETE")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.held = False
+
     def close(self) -> None:
+        self.flush()
         self.db.close()

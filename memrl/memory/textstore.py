@@ -215,8 +215,9 @@ class TextStore:
                     yield h, {"intent": str(row.get("intent", "")), "experience": str(row.get("experience", ""))}
 
     # ------------------------------------------------------------------ writing
-    def add(self, texts: Mapping[str, Mapping[str, Any]]) -> int:
-        """Append the texts whose hash the file lacks, in hash order (fsync); how many."""
+    def add(self, texts: Mapping[str, Mapping[str, Any]], *, sync: bool = True) -> int:
+        """Append the texts whose hash the file lacks, in hash order (fsync; `sync=False`:
+        flushed only, the caller syncs the file later); how many."""
         if self.read_only:
             raise PermissionError(f"{self.path}: opened read-only")
         self.refresh()
@@ -229,6 +230,7 @@ class TextStore:
             fh.seek(0, os.SEEK_END)
             fh.write(b"".join(lines))
             fh.flush()
-            os.fsync(fh.fileno())
+            if sync:
+                os.fsync(fh.fileno())
         self._scan_tail()  # indexes the new lines (and any another store appended before them)
         return len(new)
