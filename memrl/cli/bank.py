@@ -352,7 +352,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl bank") -> int:
         return 2
     try:
         return int(args.fn(args))
-    except BankSourceError as exc:
+    except (BankSourceError, ValueError) as exc:  # a bad source, or a bank that does not hold together
         print(f"memrl bank: {exc}", file=sys.stderr)
         return 2
 

@@ -37,6 +37,7 @@ from memrl.memory.retrieval import TIE_TOL, key_similarities, phase_a
 from memrl.memory.textstore import TextStore
 
 _ADD_BATCH = 5000  # Chroma's maximum batch is 5,461
+_PAGE = 500  # entries read at a time (their texts and vectors with them)
 TEXTS_FILE = "memories.jsonl"  # a standalone bank's texts (a run's bank uses the run's file)
 KEYS_SUFFIX = "-keys"  # the Chroma collection of a bank's key vectors: <collection>-keys
 SERVER_CLAIM = "server.json"  # in a run's bank dir when its bank lives in a Chroma server
@@ -285,7 +286,7 @@ class ChromaBank:
         page: list[Row] = []
         for row in self.entries.iter_rows():
             page.append(row)
-            if len(page) == 500:
+            if len(page) == _PAGE:
                 yield from self._page(page, with_embeddings, with_texts)
                 page = []
         if page:
