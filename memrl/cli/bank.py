@@ -4,7 +4,9 @@
     hist   RUN [--bins 10]              Q histograms per epoch: the bank's, from its
                                         bank_updates.jsonl, and the injected memories'
     export RUN_OR_BANK OUT.jsonl        every entry with id, intent, experience, Q, metadata,
-                                        embedding (+ OUT.jsonl.meta.json: embedder, model, ...)
+                                        embedding as float32 bytes in base64 ({"f32": ...};
+                                        --json-vectors: a list of numbers, four times larger)
+                                        (+ OUT.jsonl.meta.json: embedder, model, ...)
     import IN.jsonl BANK_DIR            a new bank directory from an export
     merge  BANK_A BANK_B OUT [--labels os,db]
                                         one bank with every entry of both; ids become
@@ -228,7 +230,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     with _reader(args.source, args.collection) as reader:
         src = reader.src
         checked = Checked(str(src.path))
-        n = write_jsonl(checked(reader.entries(with_embeddings=True)), args.out,
+        n = write_jsonl(checked(reader.entries(with_embeddings=True)), args.out, json_vectors=args.json_vectors,
                         meta=lambda: {**src.describe(), "entries": checked.n, "fingerprint": checked.fingerprint,
                                       "hnsw": hnsw_meta(_hnsw(src, argparse.Namespace()))})
     print(f"exported {n} entries from {src.path} to {args.out}")
@@ -318,6 +320,7 @@ def parser(prog: str = "memrl bank") -> argparse.ArgumentParser:
     sp = sub.add_parser("export", help="a bank as JSONL")
     sp.add_argument("source")
     sp.add_argument("out")
+    sp.add_argument("--json-vectors", action="store_true", help="embeddings as lists of numbers")
     sp.add_argument("--collection", default=None)
     sp.set_defaults(fn=cmd_export)
 

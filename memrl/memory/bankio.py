@@ -35,7 +35,7 @@ from typing import Any, Iterable, Iterator, Literal
 from memrl.core.records import write_json_atomic
 from memrl.core.rundir import RunDir
 from memrl.memory.bank import KEYS_SUFFIX, SERVER_CLAIM, TEXTS_FILE, BankSettings, ChromaBank
-from memrl.memory.entry import BankUpdate, MemoryEntry
+from memrl.memory.entry import BankUpdate, MemoryEntry, decode_vector, vector_list
 from memrl.memory.entrystore import FILE as ENTRIES_FILE
 from memrl.memory.entrystore import EntryStore
 from memrl.memory.textstore import TextStore, index_path
@@ -225,7 +225,10 @@ def read_entries(src: BankSource, *, collection: str | None = None) -> list[Memo
     """Every entry with its embedding, in insertion order, without touching the source (a
     list: for small banks; tools stream with `BankReader`)."""
     with BankReader(src, collection=collection) as reader:
-        return list(reader.entries(with_embeddings=True))
+        out = list(reader.entries(with_embeddings=True))
+    for e in out:
+        e.embedding = vector_list(e.embedding)
+    return out
 
 
 def iter_jsonl_entries(path: str | Path) -> Iterator[MemoryEntry]:
@@ -240,10 +243,10 @@ def iter_jsonl_entries(path: str | Path) -> Iterator[MemoryEntry]:
                 unknown = set(row) - known
                 if unknown:
                     raise ValueError(f"unknown fields {sorted(unknown)}")
-                entry = MemoryEntry(**row)
+                entry = MemoryEntry(**{**row, "embedding": decode_vector(row.get("embedding"))})
             except (ValueError, TypeError) as exc:
                 raise BankSourceError(f"{path}:{n}: not a memory entry ({exc})") from exc
-            if not entry.embedding:
+            if not len(entry.embedding):
                 raise BankSourceError(f"{path}:{n}: entry {entry.memory_id!r} has no embedding")
             yield entry
 
@@ -253,15 +256,19 @@ def read_jsonl(path: str | Path) -> list[MemoryEntry]:
     return list(iter_jsonl_entries(path))
 
 
-def write_jsonl(entries: Iterable[MemoryEntry], path: str | Path, meta: Any = None) -> int:
+def write_jsonl(entries: Iterable[MemoryEntry], path: str | Path, meta: Any = None, *,
+                json_vectors: bool = True) -> int:
     """Write an export line by line; `meta` (a dict, or a function giving it once every entry
-    is written) goes to `<path>.meta.json`."""
+    is written) goes to `<path>.meta.json`. Vectors as lists of numbers, or (`json_vectors=False`)
+    as float32 bytes in base64 (`{"f32": ...}`: exact, a quarter of the size, and what the
+    bank stores; `read_jsonl` takes both)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     n = 0
     with open(path, "w", encoding="utf-8") as fh:
         for e in entries:
-            fh.write(json.dumps(e.to_dict(), ensure_ascii=False) + "\n")
+            d = e.to_dict() if json_vectors else e.to_journal()
+            fh.write(json.dumps(d, ensure_ascii=False) + "\n")
             n += 1
     if meta is not None:
         write_json_atomic(path.with_name(path.name + ".meta.json"), meta() if callable(meta) else meta)
@@ -332,8 +339,7 @@ def renamed_stream(entries: Iterable[MemoryEntry], prefix: str, ids: set[str], *
                    extra: dict[str, Any] | None = None) -> Iterator[MemoryEntry]:
     """Copies with ids (and references to `ids`, the ids of the same set) prefixed, orders shifted."""
     for e in entries:
-        d = e.to_dict()
-        d["embedding"] = e.embedding
+        d = {f: getattr(e, f) for f in MemoryEntry.__dataclass_fields__}  # the vector as it is
         d["memory_id"] = prefix + e.memory_id
         d["injected_ids"] = [prefix + i if i in ids else i for i in e.injected_ids]
         d["order"] = e.order + order_offset
@@ -348,7 +354,7 @@ def renamed(entries: list[MemoryEntry], prefix: str, *, order_offset: int = 0,
                                extra=extra))
 
 
-_WRITE_PAGE = 2000
+_WRITE_PAGE = 500
 
 
 def write_entries(bank: ChromaBank, entries: Iterable[MemoryEntry]) -> int:

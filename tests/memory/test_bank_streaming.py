@@ -56,3 +56,22 @@ def test_export_reads_the_bank_a_page_at_a_time(tmp_path, monkeypatch):
     out = tmp_path / "bank.jsonl"
     assert bank_main(["export", str(rd.root), str(out)]) == 0
     assert pages == [4, 4, 4, 3] and len(out.read_text().splitlines()) == 15
+
+
+def test_export_writes_vectors_as_float32_bytes_unless_asked_for_numbers(tmp_path):
+    import numpy as np
+
+    from memrl.memory.bankio import read_jsonl
+
+    rd = a_run(tmp_path)
+    packed, plain = tmp_path / "packed.jsonl", tmp_path / "plain.jsonl"
+    assert bank_main(["export", str(rd.root), str(packed)]) == 0
+    assert bank_main(["export", str(rd.root), str(plain), "--json-vectors"]) == 0
+    row = json.loads(packed.read_text().splitlines()[0])
+    assert set(row["embedding"]) == {"f32"} and isinstance(json.loads(plain.read_text().splitlines()[0])
+                                                           ["embedding"], list)
+    assert packed.stat().st_size < plain.stat().st_size
+    a, b = read_jsonl(packed), read_jsonl(plain)
+    assert [e.memory_id for e in a] == [e.memory_id for e in b]
+    assert all(np.array_equal(np.asarray(x.embedding, dtype=np.float32), np.asarray(y.embedding, dtype=np.float32))
+               for x, y in zip(a, b))
