@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal
 
@@ -38,6 +39,7 @@ from memrl.memory.textstore import TextStore
 
 _ADD_BATCH = 5000  # Chroma's maximum batch is 5,461
 _PAGE = 500  # entries read at a time (their texts and vectors with them)
+_VECTOR_CACHE = 4096  # key vectors kept once read (a key's id names its vector: never stale)
 TEXTS_FILE = "memories.jsonl"  # a standalone bank's texts (a run's bank uses the run's file)
 KEYS_SUFFIX = "-keys"  # the Chroma collection of a bank's key vectors: <collection>-keys
 SERVER_CLAIM = "server.json"  # in a run's bank dir when its bank lives in a Chroma server
@@ -138,6 +140,7 @@ class ChromaBank:
         if path is None:
             raise ValueError("ChromaBank needs a directory (its entries live there, also with a server)")
         self.path = Path(path)
+        self._vector_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self.name = collection
         self.keys_name = collection + KEYS_SUFFIX
         settings = Settings(anonymized_telemetry=False, allow_reset=False)
@@ -214,13 +217,19 @@ class ChromaBank:
         """key id -> its stored vector: float32 values as a list of Python floats, or
         (`arrays`) as a float32 array (a twelfth of the memory, for streamed reads)."""
         ids = list(dict.fromkeys(key_ids))
-        out: dict[str, Any] = {}
-        for i in range(0, len(ids), _ADD_BATCH):
-            res = self.index.get(ids=ids[i:i + _ADD_BATCH], include=["embeddings"])
+        cache = self._vector_cache
+        out: dict[str, Any] = {k: cache[k] for k in ids if k in cache}
+        todo = [k for k in ids if k not in cache]
+        for i in range(0, len(todo), _ADD_BATCH):
+            res = self.index.get(ids=todo[i:i + _ADD_BATCH], include=["embeddings"])
             for kid, vec in zip(res["ids"], res["embeddings"]):
-                arr = np.asarray(vec, dtype=np.float32)
-                out[kid] = arr if arrays else arr.astype(np.float64).tolist()
-        return out
+                out[kid] = cache[kid] = np.asarray(vec, dtype=np.float32)
+        for k in ids:
+            if k in cache:
+                cache.move_to_end(k)
+        while len(cache) > _VECTOR_CACHE:
+            cache.popitem(last=False)
+        return out if arrays else {k: v.astype(np.float64).tolist() for k, v in out.items()}
 
     def _nearest(self, vec: list[list[float]], n: int) -> tuple[list[tuple[MemoryEntry, float]], int]:
         """The entries of the `n` keys most similar to `vec`, each with its key's similarity,
