@@ -30,6 +30,9 @@ from memrl.metrics.compute import (calibration, csr_curve, forgetting_curve, mea
 from memrl.metrics.utility import q_success
 
 
+_USED = ("task_id", "epoch", "batch", "q", "sim", "success", "outcome")  # one injection of a memory
+
+
 @dataclass
 class RunView:
     rd: RunDir
@@ -150,7 +153,11 @@ class RunView:
         hurt: it failed). The texts are read for these memories only (`with_texts=False`: none)."""
         every = self._memories
         ids = list(every) if tasks is None else [t for t in tasks if t in every]
-        out = {t: [dict(m) for m in every[t]] for t in ids}
+        out = {t: [{**m, "used": [dict(zip(_USED, u)) for u in m["used"]]} for m in every[t]] for t in ids}
+        for ms in out.values():
+            for m in ms:
+                for u in m["used"]:
+                    u["effect"] = "helped" if u.pop("success") else "hurt"
         mems = [m for ms in out.values() for m in ms]
         if with_texts:
             self.texts_of(mems)
@@ -160,7 +167,8 @@ class RunView:
 
     @cached_property
     def _memories(self) -> dict[str, list[dict[str, Any]]]:
-        """`task_memories` of every task without texts (each memory's text hash in `text`)."""
+        """`task_memories` of every task without texts (each memory's text hash in `text`, its
+        injections as `_USED` tuples)."""
         written: dict[str, list[dict[str, Any]]] = defaultdict(list)
         added = {str(a["id"]): a for line in self.history.lines for a in line.get("added") or []}
         for r in self.records:
@@ -177,15 +185,13 @@ class RunView:
                 mem = by_id.get(str(m["id"]))
                 if mem is None:
                     continue
-                mem["used"].append({"task_id": r.task_id, "epoch": int(r.epoch), "batch": int(r.batch),
-                                    "q": m.get("q"), "sim": m.get("sim"),
-                                    "effect": "helped" if r.success else "hurt",
-                                    "outcome": r.outcome})
+                mem["used"].append((r.task_id, int(r.epoch), int(r.batch), m.get("q"), m.get("sim"),
+                                    bool(r.success), r.outcome))  # `_USED`: a tuple, not a dict, per injection
         for mid, mem in by_id.items():
             mem["q_path"] = [round(q, 4) for _, _, q in traj.get(mid, [])]
             mem["removed"] = list(removed[mid]) if mid in removed else None
-            mem["helped"] = sum(u["effect"] == "helped" for u in mem["used"])
-            mem["hurt"] = sum(u["effect"] == "hurt" for u in mem["used"])
+            mem["helped"] = sum(u[5] for u in mem["used"])
+            mem["hurt"] = len(mem["used"]) - mem["helped"]
         return dict(written)
 
     def texts_of(self, memories: Iterable[dict[str, Any]]) -> None:
