@@ -4,7 +4,9 @@
     hist   RUN [--bins 10]              Q histograms per epoch: the bank's, from its
                                         bank_updates.jsonl, and the injected memories'
     export RUN_OR_BANK OUT.jsonl        every entry with id, intent, experience, Q, metadata,
-                                        embedding (+ OUT.jsonl.meta.json: embedder, model, ...)
+                                        embedding as float32 bytes in base64 ({"f32": ...};
+                                        --json-vectors: a list of numbers, four times larger)
+                                        (+ OUT.jsonl.meta.json: embedder, model, ...)
     import IN.jsonl BANK_DIR            a new bank directory from an export
     merge  BANK_A BANK_B OUT [--labels os,db]
                                         one bank with every entry of both; ids become
@@ -32,6 +34,7 @@ Memory merging across Lifelong OS and DB (paper App. C.2):
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import sys
 from collections import defaultdict
@@ -44,8 +47,8 @@ from memrl.core.records import iter_jsonl
 from memrl.core.rundir import RunDir
 from memrl.journal.banklog import BankHistory
 from memrl.memory.bank import BankSettings
-from memrl.memory.bankio import (BankSource, BankSourceError, check_dims, check_unique_ids, create_bank, fingerprint,
-                                 hnsw_meta, merge_entries, read_entries, resolve, write_jsonl)
+from memrl.memory.bankio import (BankReader, BankSource, BankSourceError, Checked, create_bank, hnsw_meta,
+                                 merge_stream, resolve, write_jsonl)
 from memrl.memory.entry import MemoryEntry
 
 
@@ -67,25 +70,32 @@ def _hnsw(src: BankSource | None, args: argparse.Namespace) -> BankSettings:
                         **{**recorded, **chosen})
 
 
-def _load(path: str, collection: str | None = None) -> tuple[BankSource, list[MemoryEntry]]:
-    src = resolve(path)
-    return src, read_entries(src, collection=collection)
+def _reader(path: str, collection: str | None = None) -> BankReader:
+    return BankReader(resolve(path), collection=collection)
 
 
 # ------------------------------------------------------------------------------ top
-def top_entries(entries: list[MemoryEntry], n: int) -> list[MemoryEntry]:
-    """Highest Q first; ties by more visits, then older."""
-    return sorted(entries, key=lambda e: (-e.q, -e.visits, e.order))[:n]
+def _rank(e: MemoryEntry) -> tuple[float, int, int]:
+    return (-e.q, -e.visits, e.order)
+
+
+def top_entries(entries: Any, n: int) -> list[MemoryEntry]:
+    """Highest Q first; ties by more visits, then older (entries streamed: n kept at a time)."""
+    return heapq.nsmallest(n, entries, key=_rank)
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    src, entries = _load(args.source, args.collection)
-    best = top_entries(entries, args.n)
+    with _reader(args.source, args.collection) as reader:
+        counted = Checked(str(reader.src.path), dims=False)
+        best = top_entries(counted(reader.entries(with_texts=False)), args.n)
+        if args.json or args.full:  # the texts of the entries shown, only
+            best = reader.with_texts(best)
+    src, total = reader.src, counted.n
     if args.json:
         print(json.dumps([{k: v for k, v in e.to_dict().items() if k != "embedding"} for e in best],
                          indent=2, ensure_ascii=False))
         return 0
-    print(f"{src.path} ({src.kind}): {len(entries)} entries; top {len(best)} by Q")
+    print(f"{src.path} ({src.kind}): {total} entries; top {len(best)} by Q")
     print(f"{'#':>3} {'Q':>8} {'visits':>6} {'ok':>3} {'epoch':>5}  {'id':<28} intent")
     for i, e in enumerate(best, 1):
         intent = e.intent if len(e.intent) <= 70 else e.intent[:67] + "..."
@@ -185,7 +195,8 @@ def cmd_hist(args: argparse.Namespace) -> int:
     history = BankHistory.read(run)
     entries: list[MemoryEntry] = []
     if not history.covers(records):
-        src, entries = _load(str(run), args.collection)
+        with _reader(str(run), args.collection) as reader:
+            entries = list(reader.entries(with_texts=False))
     data = q_per_epoch(records, history, entries)
     values = [q for vs in list(data["bank"].values()) + list(data["injected"].values()) for q in vs]
     lo, hi = (min(values), max(values)) if values else (-1.0, 1.0)
@@ -216,24 +227,24 @@ def cmd_hist(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------ export/import
 def cmd_export(args: argparse.Namespace) -> int:
-    src, entries = _load(args.source, args.collection)
-    meta = {**src.describe(), "entries": len(entries), "fingerprint": fingerprint(entries),
-            "hnsw": hnsw_meta(_hnsw(src, argparse.Namespace()))}
-    n = write_jsonl(entries, args.out, meta=meta)
+    with _reader(args.source, args.collection) as reader:
+        src = reader.src
+        checked = Checked(str(src.path))
+        n = write_jsonl(checked(reader.entries(with_embeddings=True)), args.out, json_vectors=args.json_vectors,
+                        meta=lambda: {**src.describe(), "entries": checked.n, "fingerprint": checked.fingerprint,
+                                      "hnsw": hnsw_meta(_hnsw(src, argparse.Namespace()))})
     print(f"exported {n} entries from {src.path} to {args.out}")
     return 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    src, entries = _load(args.source)
-    if src.kind != "jsonl":
-        raise BankSourceError(f"{args.source}: import reads a .jsonl export")
-    check_unique_ids(entries, str(src.path))
-    check_dims(entries, str(src.path))
-    settings = _hnsw(src, args)
-    n = create_bank(Path(args.out), entries, settings,
-                {"imported_from": str(src.path), "embedder": src.embedder, "model": src.model,
-                 "memory": src.memory})
+    with _reader(args.source) as reader:
+        src = reader.src
+        if src.kind != "jsonl":
+            raise BankSourceError(f"{args.source}: import reads a .jsonl export")
+        n = create_bank(Path(args.out), reader.entries(with_embeddings=True), _hnsw(src, args),
+                        {"imported_from": str(src.path), "embedder": src.embedder, "model": src.model,
+                         "memory": src.memory})
     print(f"imported {n} entries into {args.out}")
     return 0
 
@@ -243,24 +254,34 @@ def cmd_merge(args: argparse.Namespace) -> int:
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else ["a", "b"]
     if len(labels) != 2 or len(set(labels)) != 2 or not all(labels):
         raise BankSourceError(f"--labels: two different non-empty labels expected (got {args.labels!r})")
-    (src_a, ents_a), (src_b, ents_b) = _load(args.a), _load(args.b)
-    if src_a.embedder and src_b.embedder and src_a.embedder != src_b.embedder:
-        raise BankSourceError(f"cannot merge banks embedded by {src_a.embedder!r} and {src_b.embedder!r}")
-    merged = merge_entries([(labels[0], ents_a), (labels[1], ents_b)])
-    check_dims(merged, "merge")
-    n = create_bank(Path(args.out), merged, _hnsw(src_a, args),
-                {"merged_from": {labels[0]: src_a.describe(), labels[1]: src_b.describe()},
-                 "embedder": src_a.embedder or src_b.embedder,
-                 "memory": src_a.memory if src_a.memory == src_b.memory else None})
-    print(f"merged {len(ents_a)} ({labels[0]}) + {len(ents_b)} ({labels[1]}) entries into {args.out}: {n}")
+    with _reader(args.a) as ra, _reader(args.b) as rb:
+        src_a, src_b = ra.src, rb.src
+        if src_a.embedder and src_b.embedder and src_a.embedder != src_b.embedder:
+            raise BankSourceError(f"cannot merge banks embedded by {src_a.embedder!r} and {src_b.embedder!r}")
+        counts = {labels[0]: Checked(labels[0], dims=False), labels[1]: Checked(labels[1], dims=False)}
+
+        def part(label: str, reader: BankReader) -> Any:
+            def entries(full: bool) -> Any:
+                got = reader.entries(with_embeddings=full, with_texts=full)
+                return counts[label](got) if full else got
+            return entries
+
+        merged = merge_stream([(labels[0], part(labels[0], ra)), (labels[1], part(labels[1], rb))])
+        n = create_bank(Path(args.out), merged, _hnsw(src_a, args),
+                        {"merged_from": {labels[0]: src_a.describe(), labels[1]: src_b.describe()},
+                         "embedder": src_a.embedder or src_b.embedder,
+                         "memory": src_a.memory if src_a.memory == src_b.memory else None})
+    print(f"merged {counts[labels[0]].n} ({labels[0]}) + {counts[labels[1]].n} ({labels[1]}) entries "
+          f"into {args.out}: {n}")
     return 0
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
-    src, entries = _load(args.source, args.collection)
-    n = create_bank(Path(args.out), entries, _hnsw(src, args),
-                {"copied_from": src.describe(), "model": src.model, "for_model": args.for_model,
-                 "embedder": src.embedder, "memory": src.memory})
+    with _reader(args.source, args.collection) as reader:
+        src = reader.src
+        n = create_bank(Path(args.out), reader.entries(with_embeddings=True), _hnsw(src, args),
+                        {"copied_from": src.describe(), "model": src.model, "for_model": args.for_model,
+                         "embedder": src.embedder, "memory": src.memory})
     print(f"copied {n} entries from {src.path} (model {src.model}) for {args.for_model} to {args.out}\n"
           f"use: python -m memrl.cli run ... llm={args.for_model} memory={src.memory or '<same memory>'} "
           f"memory.bank.init_from={args.out} memory.bank.frozen=true")
@@ -299,6 +320,7 @@ def parser(prog: str = "memrl bank") -> argparse.ArgumentParser:
     sp = sub.add_parser("export", help="a bank as JSONL")
     sp.add_argument("source")
     sp.add_argument("out")
+    sp.add_argument("--json-vectors", action="store_true", help="embeddings as lists of numbers")
     sp.add_argument("--collection", default=None)
     sp.set_defaults(fn=cmd_export)
 
@@ -333,7 +355,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "memrl bank") -> int:
         return 2
     try:
         return int(args.fn(args))
-    except BankSourceError as exc:
+    except (BankSourceError, ValueError) as exc:  # a bad source, or a bank that does not hold together
         print(f"memrl bank: {exc}", file=sys.stderr)
         return 2
 

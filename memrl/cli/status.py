@@ -24,23 +24,42 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from memrl.core.rundir import RunDir
 
 
+class Cell(NamedTuple):
+    """What the status reads of one record."""
+
+    task_id: str
+    epoch: int
+    success: bool
+
+
 def run_status(rd: RunDir, now: float | None = None) -> dict[str, Any]:
-    """One run's summary (never raises on a damaged run: `error` says what was wrong)."""
-    from memrl.core.records import read_episodes
+    """One run's summary (never raises on a damaged run: `error` says what was wrong). The
+    records are streamed: only each one's task, epoch and outcome are kept."""
+    from memrl.core.records import HEAVY, EpisodeRecord, iter_jsonl
     from memrl.journal.runcard import identity
     from memrl.metrics.compute import csr_curve, sr_curve, success_matrix
 
     now = time.time() if now is None else now
     out: dict[str, Any] = {"path": str(rd.root)}
+    cells: list[Cell] = []
+    records: list[EpisodeRecord] = []  # without transcripts and model calls: what the warnings read
+    errored = writer_failures = 0
+    recorded = 0.0
     try:
         card = json.loads(rd.card.read_text(encoding="utf-8"))
-        records = read_episodes(rd.episodes)
-    except (OSError, ValueError) as exc:
+        for r in iter_jsonl(rd.episodes):
+            cells.append(Cell(str(r["task_id"]), int(r["epoch"]), bool(r.get("success"))))
+            errored += bool(r.get("errors"))
+            # memories stored without their model-written summary (memrl.memory.writer)
+            writer_failures += bool((r.get("info") or {}).get("writer_error"))
+            recorded += float(r.get("cost_usd") or 0.0)
+            records.append(EpisodeRecord.from_dict({k: v for k, v in r.items() if k not in HEAVY}))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
         return out
     from memrl.metrics.degenerate import run_warnings
@@ -51,18 +70,16 @@ def run_status(rd: RunDir, now: float | None = None) -> dict[str, Any]:
     out["status"] = card.get("status") or "?"
     out["epochs"] = int((config.get("runner") or {}).get("epochs") or 0)
     out["n_tasks"] = int(card.get("n_tasks") or 0)
-    out["episodes"] = len(records)
-    out["errored"] = sum(1 for r in records if r.errors)
-    # memories stored without their model-written summary (memrl.memory.writer)
-    out["writer_failures"] = sum(1 for r in records if (r.info or {}).get("writer_error"))
-    recorded = sum(float(r.cost_usd or 0.0) for r in records)
+    out["episodes"] = len(cells)
+    out["errored"] = errored
+    out["writer_failures"] = writer_failures
     paid = float((card.get("llm_totals") or {}).get("cost_usd") or 0.0)
     out["spend_usd"] = recorded if recorded or not paid else paid
     out["unpriced"] = list(card.get("unpriced") or [])
     out["epochs_done"], out["last"], out["csr"] = 0, None, None
-    if records:
-        tasks, epochs, S = success_matrix(records, allow_missing=True)
-        present = {(r.task_id, int(r.epoch)) for r in records}
+    if cells:
+        tasks, epochs, S = success_matrix(cells, allow_missing=True)
+        present = {(c.task_id, c.epoch) for c in cells}
         n = max(out["n_tasks"], len(tasks))
         done = 0
         for e in epochs:

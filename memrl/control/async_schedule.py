@@ -18,6 +18,7 @@ from memrl.core.stops import BUDGET, FAILED, RunRefused, RunStopped
 from memrl.journal import recovery
 from memrl.journal.commit import Checkpoint
 from memrl.journal.launches import Launch, LaunchLog, first_launches
+from memrl.memory.textstore import TextStore
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -65,11 +66,14 @@ class AsyncSchedule:
     def __init__(self, runner: "ScheduledRun", pool: ThreadPoolExecutor, epochs: list[int], tasks: list[Task],
                  source: Source | None) -> None:
         self.runner, self.pool, self.epochs, self.source = runner, pool, epochs, source
+        self.texts = TextStore(runner.run_dir.memories, read_only=True)  # what launches name
+        self.source_texts = TextStore(RunDir(Path(str(runner.s.replay_from)).expanduser()).memories,
+                                      read_only=True) if source is not None else None
         self.total = len(tasks)
         self.by_id = {t.task_id: t for t in tasks}
         live = set(epochs)
         self.done: dict[int, set[str]] = {e: set() for e in epochs}  # committed, per epoch
-        for r in iter_jsonl(runner.run_dir.episodes):
+        for r in iter_jsonl(runner.run_dir.episodes, runner.tail_start):  # epochs before are complete
             if int(r["epoch"]) in live:
                 self.done[int(r["epoch"])].add(str(r["task_id"]))
         self.mine: dict[Cell, Launch] = {}  # launched (this session or a stopped one), in log order
@@ -116,8 +120,10 @@ class AsyncSchedule:
                 self.collect_finished()
                 self.commit_ready()
                 if self.stop is not None and not self.in_flight:
+                    runner.sync()
                     raise self.stop
                 self.check_stall()
+            runner.sync()
         finally:
             self.bar.close()
         return Checkpoint(epochs[-1], total - 1)  # the loop ends with every epoch committed
@@ -164,15 +170,15 @@ class AsyncSchedule:
         epoch, task = nxt.epoch, self.by_id[nxt.task_id]
         logged = self.mine.get((epoch, task.task_id))
         if logged is not None:  # launched by a session that stopped: replay it
-            launch, memories = logged, logged.retrieved()
+            launch, memories = logged, logged.retrieved(self.texts)
         else:
             memories = runner.retrieve(task, derive_seed(runner.seed, "retrieve", epoch, task.task_id))
             if self.source is not None:
                 self.check_replayed(nxt, memories)
-                memories = nxt.retrieved()
+                memories = nxt.retrieved(self.source_texts)
             launch = Launch.of(epoch, task.task_id, self.next_launch[epoch], runner.version, memories)
             self.next_launch[epoch] += 1
-            runner.launch_log.append(launch)  # before the episode starts
+            runner.launch_log.append(launch, sync=False)  # before the episode starts (synced with commits)
             self.mine[(epoch, task.task_id)] = launch
         self.in_flight[self.pool.submit(runner.play, epoch, -1, task, memories)] = launch
 

@@ -16,10 +16,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import logging
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
 from memrl.control.guards import counts_against_error_rate, writer_failed
+from memrl.core.records import iter_jsonl, write_json_atomic
+from memrl.core.rundir import RunDir
+
+log = logging.getLogger(__name__)
+
+
+def _line_ends_at(path: Any, at: int) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(at - 1)
+        return fh.read(1) == b"\n"
 
 
 def human(n: float) -> str:
@@ -65,6 +77,42 @@ class RunTally:
             if r.get("success"):
                 tid = str(r["task_id"])
                 self.solved_by[tid] = min(self.solved_by.get(tid, e), e)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epochs": {str(e): asdict(t) for e, t in sorted(self.epochs.items())},
+                "solved_by": dict(self.solved_by)}
+
+    def load(self, d: Mapping[str, Any]) -> None:
+        self.epochs = {int(e): EpochTally(**t) for e, t in (d.get("epochs") or {}).items()}
+        self.solved_by = {str(t): int(e) for t, e in (d.get("solved_by") or {}).items()}
+
+    def episodes(self) -> int:
+        return sum(t.episodes for t in self.epochs.values())
+
+    def save(self, run_dir: RunDir) -> None:
+        """Keep the counts with the size of the records they cover (`state/tally.json`), at an
+        epoch end: a resumed or relaunched run reads only the records after it (`resume`)."""
+        size = run_dir.episodes.stat().st_size if run_dir.episodes.exists() else 0
+        write_json_atomic(run_dir.tally, {"bytes": size, "tally": self.to_dict()}, indent=None)
+
+    def resume(self, run_dir: RunDir) -> tuple[int, int]:
+        """Take the committed records' counts: those saved at the last epoch end, plus the
+        records after it (all of them when nothing fits). Returns (episodes counted, the
+        byte where the unsaved records begin)."""
+        start = 0
+        path = run_dir.episodes
+        size = path.stat().st_size if path.exists() else 0
+        try:
+            saved = json.loads(run_dir.tally.read_text(encoding="utf-8")) if run_dir.tally.exists() else None
+            at = int(saved["bytes"]) if saved else 0
+            if saved and 0 < at <= size and _line_ends_at(path, at):
+                self.load(saved["tally"])
+                start = at
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("%s does not fit (%s): counting every record", run_dir.tally, exc)
+            self.epochs, self.solved_by, start = {}, {}, 0
+        self.add(iter_jsonl(path, start))
+        return self.episodes(), start
 
     def epoch(self, e: int) -> EpochTally:
         return self.epochs.get(e, EpochTally())

@@ -20,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+import numpy as np
 from tqdm import tqdm
 
 from memrl.config.sections import RunnerSettings
@@ -28,12 +29,12 @@ from memrl.control.batch_schedule import eval_epoch, train_epoch
 from memrl.control.guards import Gate
 from memrl.control.live import RunTally
 from memrl.core.progress import progress_enabled
-from memrl.core.records import CRASH_DETAIL, EpisodeRecord, EpisodeResult, RetrievedMemory, Task, iter_jsonl
+from memrl.core.records import CRASH_DETAIL, EpisodeRecord, EpisodeResult, RetrievedMemory, Task
 from memrl.core.rundir import RunDir
 from memrl.core.safe_text import safe, safe_str
 from memrl.core.seeding import derive_seed, seeded_order
 from memrl.core.stops import STORAGE
-from memrl.core.storage import StorageError
+from memrl.core.storage import StorageError, writing
 from memrl.journal.commit import Checkpoint, RunJournal
 from memrl.journal.launches import LaunchLog
 from memrl.journal.commit_log import episode_record, mark_written, memory_texts
@@ -79,10 +80,14 @@ class Runner:
         self.journal = RunJournal(self.run_dir, memory)
         self.commit_log = self.journal.commit_log
         self.launch_log = LaunchLog(self.run_dir.launches)
-        self._embeddings: dict[str, list[float]] = {}
+        # the tasks' intent embeddings, one float32 row per task (`_embedding`)
+        self._embeddings = np.zeros((0, 0), dtype=np.float32)
+        self._embedding_row: dict[str, int] = {}
+        self.tail_start = 0  # where the records not counted in state/tally.json begin
         self._solved: set[str] = set()
         self.tally = RunTally(n_tasks=0)
         self.version = 0  # episode updates committed to the bank (training, all epochs)
+        self.commits = 0  # commits of this session (training and evaluation)
 
     # ------------------------------------------------------------- persistence
     def load_checkpoint(self) -> Checkpoint:
@@ -138,8 +143,12 @@ class Runner:
                                      memories=memories, meter=ep_llm.meter if ep_llm else None,
                                      seed=seed, duration_s=time.monotonic() - t0, info=info))
         item = LearnItem(task=task, result=result, injected=memories, epoch=epoch, digest=digest,
-                         errored=errored, embedding=self._embeddings.get(task.task_id, []))
+                         errored=errored, embedding=self._embedding(task.task_id))
         return record, item
+
+    def _embedding(self, task_id: str) -> Any:
+        row = self._embedding_row.get(task_id)
+        return self._embeddings[row] if row is not None else []
 
     def _trip_on_storage(self, exc: BaseException) -> None:
         """A storage failure inside an episode stops the run (it is not the episode's)."""
@@ -155,7 +164,7 @@ class Runner:
                                tokens={"prompt": 0, "completion": 0}, info={"carried": True},
                                seed=seed, outcome="success", outcome_detail="carried")
         return record, LearnItem(task=task, result=result, injected=[], epoch=epoch,
-                                 embedding=self._embeddings.get(task.task_id, []))
+                                 embedding=self._embedding(task.task_id))
 
     # ------------------------------------------------------------------ commits
     def commit_played(self, epoch: int, batch: int, played: Sequence[tuple[EpisodeRecord, LearnItem]], *,
@@ -183,11 +192,12 @@ class Runner:
             mark_written(records, update)
         texts = memory_texts(item.injected for _, item in played)
         with self.gate.committing():
-            if update is not None:
-                self.journal.commit(epoch, batch, update, records, texts)
+            if update is not None:  # async: one episode a commit, made durable in groups (`sync`)
+                self.journal.commit(epoch, batch, update, records, texts, grouped=in_flight is not None)
                 self.tally.add(records)
             else:
                 self.journal.commit_eval(epoch, batch, records, texts)
+        self.commits += 1
         if learn:
             self.version += len(records)
             self._solved.update(r["task_id"] for r in records if r["success"])
@@ -204,8 +214,17 @@ class Runner:
             self._postfix(bar, epoch, in_flight=in_flight)
         return errored
 
+    def sync(self) -> None:
+        """Make grouped commits durable now (memrl.journal.commit)."""
+        with self.gate.committing():
+            self.journal.sync()
+
     def end_epoch(self, epoch: int) -> None:
-        """A training epoch is committed: its log line, then `on_epoch_end` (its metrics)."""
+        """A training epoch is committed (and durable): its counts kept (state/tally.json), its
+        log line, then `on_epoch_end` (its metrics)."""
+        self.sync()
+        with writing(self.run_dir.tally, "the run's counts"):
+            self.tally.save(self.run_dir)
         log.info("%s", self.tally.epoch_line(epoch, self.s.epochs))
         if self.on_epoch_end is not None:
             self.on_epoch_end(epoch)
@@ -237,13 +256,13 @@ class Runner:
         else:
             ckpt = self.recover(batches)
         eval_ckpt = self.journal.recover_eval()
-        self.version = sum(1 for _ in iter_jsonl(self.run_dir.episodes))
         if self.embed_intents is not None:
             everything = tasks + eval_tasks
-            vecs = self.embed_intents([t.intent for t in everything])
-            self._embeddings = {t.task_id: [float(x) for x in v] for t, v in zip(everything, vecs)}
+            self._embeddings = np.asarray(self.embed_intents([t.intent for t in everything]), dtype=np.float32)
+            self._embedding_row = {t.task_id: i for i, t in enumerate(everything)}
+        # the committed records' counts: saved at the last epoch end, plus the records after it
         self.tally = RunTally(n_tasks=len(tasks))
-        self.tally.add(iter_jsonl(self.run_dir.episodes))
+        self.version, self.tail_start = self.tally.resume(self.run_dir)
         self._solved = set(self.tally.solved_by)
         pool = ThreadPoolExecutor(max_workers=max(1, self.workers))
         try:

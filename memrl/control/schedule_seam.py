@@ -1,6 +1,6 @@
 """What a schedule (memrl.control.batch_schedule, async_schedule) needs of the run it plays: the
-runner's settings, gate, tally and bank version, and its four steps (retrieve, play, commit the
-played episodes, end an epoch). memrl.control.runner.Runner is the one implementation; the
+runner's settings, gate, tally and bank version, and its steps (retrieve, play, commit the
+played episodes, make grouped commits durable, end an epoch). memrl.control.runner.Runner is the one implementation; the
 schedules name this protocol, so they do not import the runner that drives them."""
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ class ScheduledRun(Protocol):
     tally: "RunTally"
     seed: int
     version: int  # episode updates committed to the bank
+    tail_start: int  # the byte of episodes.jsonl where the records after the last epoch end begin
     workers: int
     run_dir: "RunDir"
     launch_log: "LaunchLog"
@@ -39,5 +40,7 @@ class ScheduledRun(Protocol):
                       in_flight: int | None = None) -> int: ...
 
     def end_epoch(self, epoch: int) -> None: ...
+
+    def sync(self) -> None: ...
 
     def progress(self, total: int, done: int, desc: str) -> "tqdm": ...

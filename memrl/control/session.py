@@ -10,6 +10,7 @@ run resumable with the same command.
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import shutil
 import sys
@@ -194,6 +195,7 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
         log.warning("%s", w)
     card.record_skipped([*objs.env.data_skipped(),
                          *(objs.eval_env.data_skipped() if objs.eval_env is not None else [])])
+    was_finished = card.status == FINISHED  # a relaunch of a finished run (nothing left to play)
     session = card.start_session(sys.argv[1:])
     session["sandbox"] = objs.env.sandbox_facts()  # caps held / missing (memrl/env/base.py)
     logger = make_epoch_logger(v.logger, run_dir=rd.root, config=config)
@@ -236,10 +238,13 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
     freeze_startup_heap()
     try:
         runner.run(tasks, eval_tasks)
+        unchanged = was_finished and runner.commits == 0
         # before the logger ends (it logs the plots), and before the run is called finished
         with writing(rd.metrics, "the metrics"):
-            metrics = write_metrics(rd, zero_fail=zero_fail)
-            write_run_plots(rd, zero_fail)
+            metrics = kept_metrics(rd, zero_fail) if unchanged else None
+            if metrics is None:
+                metrics = write_metrics(rd, zero_fail=zero_fail)
+                write_run_plots(rd, zero_fail)
         status = FINISHED
     except RunStopped as exc:
         status, error = exc.status, exc.message
@@ -253,7 +258,8 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
     finally:
         gc.unfreeze()  # a multirun's next job in this process may collect this one's objects
         try:
-            _close_session(card, session, status, error, objs, tally, meter, budget, clients)
+            _close_session(card, session, status, error, objs, tally, meter, budget, clients,
+                           recount=not (was_finished and runner.commits == 0))
         finally:
             logger.finish(status)
             objs.env.close()
@@ -317,8 +323,26 @@ def model_totals(clients: dict[str, Any], embedder: Any) -> dict[str, Any]:
     return out
 
 
+def kept_metrics(rd: RunDir, zero_fail: str) -> dict[str, Any] | None:
+    """A finished run relaunched plays and commits nothing: its metrics.json and plots, written
+    when it finished, stand (read, not recomputed from every record) if they are there and
+    read the forgetting rate as asked; None otherwise."""
+    try:
+        metrics = json.loads(rd.metrics.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    from memrl.report.plots import RUN_PLOTS
+
+    plots = [rd.plots / name for name in RUN_PLOTS]
+    if not isinstance(metrics, dict) or metrics.get("forgetting_zero_fail") != zero_fail \
+            or not all(p.is_file() for p in plots):
+        return None
+    return metrics
+
+
 def _close_session(card: RunCard, session: dict[str, Any], status: str, error: str | None,
-                   objs: Any, tally: Any, meter: Any, budget: Any, clients: dict[str, Any]) -> None:
+                   objs: Any, tally: Any, meter: Any, budget: Any, clients: dict[str, Any], *,
+                   recount: bool = True) -> None:
     """Write the session's end into the run card. If the card cannot be written (the disk
     that stopped the run is full), a run stopping for another reason reports that reason,
     not the card's failure; a finished run reports the card."""
@@ -334,7 +358,8 @@ def _close_session(card: RunCard, session: dict[str, Any], status: str, error: s
     try:
         card.end_session(session, status, llm=objs.llm.totals() if objs.llm else {},
                          faults=tally.counts() if tally is not None else {},
-                         spend=meter.session().to_dict(), budget=budget.to_dict(), error=error)
+                         spend=meter.session().to_dict(), budget=budget.to_dict(), error=error,
+                         recount=recount)
     except (OSError, StorageError) as exc:
         if status == FINISHED:
             raise StorageError(card.path, str(exc), "the run card") from exc

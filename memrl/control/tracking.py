@@ -101,7 +101,7 @@ def episode_rows(run_dir: str | Path, epoch: int) -> list[list[Any]]:
     from memrl.core.records import read_episodes
 
     rows = []
-    for r in read_episodes(RunDir(run_dir).episodes):
+    for r in read_episodes(RunDir(run_dir).episodes, light=True):
         if int(r.epoch) != int(epoch):
             continue
         rows.append([r.epoch, r.batch, r.task_id, bool(r.success), r.outcome, r.outcome_detail,

@@ -219,33 +219,49 @@ class EpisodeRecord:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-def append_jsonl(path: str | Path, rows: Iterable[str]) -> None:
-    """Append pre-serialised JSON lines and fsync, so a crash never leaves half a batch."""
+def append_jsonl(path: str | Path, rows: Iterable[str], *, sync: bool = True) -> None:
+    """Append pre-serialised JSON lines and fsync, so a crash never leaves half a batch
+    (`sync=False`: flushed only, for a commit whose durability comes later, `sync_file`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as fh:
         for row in rows:
             fh.write(row + "\n")
         fh.flush()
-        os.fsync(fh.fileno())
+        if sync:
+            os.fsync(fh.fileno())
 
 
-def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Yield rows; a torn last line (crash mid-write) is ignored, any other bad line raises."""
+def sync_file(path: str | Path) -> None:
+    """fsync a file written before (nothing when it does not exist)."""
     path = Path(path)
     if not path.exists():
         return
-    with open(path, encoding="utf-8") as fh:
-        lines = fh.readlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            yield json.loads(line)
-        except json.JSONDecodeError as exc:
-            if i == len(lines) - 1 and not line.endswith("\n"):
-                return
-            raise ValueError(f"{path}:{i + 1}: not valid JSON ({exc})") from exc
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def iter_jsonl(path: str | Path, start: int = 0) -> Iterator[dict[str, Any]]:
+    """Yield rows, streamed (from byte `start`, a line's beginning); a torn last line (crash
+    mid-write) is ignored, any other bad line raises."""
+    path = Path(path)
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8", newline="\n") as fh:
+        fh.seek(start)
+        for i, line in enumerate(fh):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as exc:
+                if not line.endswith("\n"):
+                    return  # only the last line can lack its newline
+                where = f"{path}:{i + 1}" if not start else f"{path} (line {i + 1} after byte {start})"
+                raise ValueError(f"{where}: not valid JSON ({exc})") from exc
 
 
 def rewrite_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
@@ -269,8 +285,20 @@ def keep_committed(path: str | Path, committed: Callable[[int, int], bool]) -> N
     rewrite_jsonl(path, [r for r in iter_jsonl(path) if committed(int(r["epoch"]), int(r["batch"]))])
 
 
-def read_episodes(path: str | Path) -> list[EpisodeRecord]:
-    return [EpisodeRecord.from_dict(d) for d in iter_jsonl(path)]
+HEAVY = ("transcript", "model_calls")  # what only a reader of single episodes needs
+
+
+def read_episodes(path: str | Path, *, light: bool = False) -> list[EpisodeRecord]:
+    """The records of an episodes file; `light`: without their transcripts and model calls
+    (most of a record's size), which tables, metrics and pages never read."""
+    if not light:
+        return [EpisodeRecord.from_dict(d) for d in iter_jsonl(path)]
+    out = []
+    for d in iter_jsonl(path):
+        for key in HEAVY:
+            d.pop(key, None)
+        out.append(EpisodeRecord.from_dict(d))
+    return out
 
 
 def write_json_atomic(path: str | Path, obj: Any, indent: int | None = 2) -> None:

@@ -16,7 +16,13 @@ tools, tests) takes its paths from a `RunDir`, so a file name exists once. Layou
       mem0/                memory=mem0 only: mem0's own store (vector store, history, ledger)
       bank_updates.jsonl   the log of bank updates (Q before -> after), one line per batch
                            (memrl.journal.banklog)
+      memories.idx         the index of memories.jsonl (memrl.memory.textstore; derived, rebuilt
+                           when it does not fit)
       state/               checkpoint.json, eval_checkpoint.json, journal.json, last_commit.json,
+                           group.jsonl (runner.schedule=async: the journals of the commits since
+                           the last checkpoint, memrl.journal.commit),
+                           tally.json (the run's counts at its last epoch end, so a resumed run
+                           reads only the records after it; memrl.control.live),
                            launches.jsonl (runner.schedule=async: each episode's retrieval,
                            logged before it starts; memrl.journal.launches),
                            lock (memrl.core.lock: held by the one process running the directory)
@@ -47,6 +53,7 @@ class RunDir:
     EPISODES = "episodes.jsonl"
     EVAL_EPISODES = "eval_episodes.jsonl"
     MEMORIES = "memories.jsonl"
+    MEMORIES_INDEX = "memories.idx"
     METRICS = "metrics.json"
     PLOTS = "plots"
     BANK = "bank"
@@ -56,8 +63,10 @@ class RunDir:
     CHECKPOINT = "checkpoint.json"
     EVAL_CHECKPOINT = "eval_checkpoint.json"
     JOURNAL = "journal.json"
+    GROUP = "group.jsonl"
     LAST_COMMIT = "last_commit.json"
     LAUNCHES = "launches.jsonl"
+    TALLY = "tally.json"
     LOCK = "lock"
     HYDRA = ".hydra"
     LOG = "run.log"
@@ -93,6 +102,11 @@ class RunDir:
     @property
     def memories(self) -> Path:
         return self.root / self.MEMORIES
+
+    @property
+    def memories_index(self) -> Path:
+        """The index of memories.jsonl (memrl.memory.textstore.index_path names it the same)."""
+        return self.root / self.MEMORIES_INDEX
 
     @property
     def metrics(self) -> Path:
@@ -133,6 +147,11 @@ class RunDir:
         return self.state / self.JOURNAL
 
     @property
+    def group(self) -> Path:
+        """The journals of the grouped commits since the last checkpoint (memrl.journal.commit)."""
+        return self.state / self.GROUP
+
+    @property
     def last_commit(self) -> Path:
         """The journal of the last committed batch, kept to repair a torn episodes.jsonl."""
         return self.state / self.LAST_COMMIT
@@ -141,6 +160,11 @@ class RunDir:
     def launches(self) -> Path:
         """The launch log of an async run (memrl.journal.launches)."""
         return self.state / self.LAUNCHES
+
+    @property
+    def tally(self) -> Path:
+        """The run's counts as of its last epoch end (memrl.control.live.RunTally)."""
+        return self.state / self.TALLY
 
     @property
     def lock(self) -> Path:

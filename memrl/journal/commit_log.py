@@ -62,6 +62,13 @@ def memory_texts(memories: Iterable[Sequence[RetrievedMemory]]) -> dict[str, dic
                  for ms in memories)
 
 
+def bank_update_lines(extras: dict[str, Any] | None) -> list[str]:
+    """The bank-update log lines a commit appends (none, or its batch's line)."""
+    if extras and extras.get("bank_update") is not None:
+        return [json.dumps(extras["bank_update"], ensure_ascii=False, sort_keys=True)]
+    return []
+
+
 class CommitLog:
     """`memories.jsonl` and `bank_updates.jsonl` of one run, as the commit step writes them."""
 
@@ -76,16 +83,17 @@ class CommitLog:
         line, named = plan_line(epoch, batch, update, memory, first=first)
         return {"bank_update": line, "texts": merge([texts, named])}
 
-    def write_texts(self, extras: dict[str, Any] | None) -> None:
-        """Before the records that name them are appended."""
+    def write_texts(self, extras: dict[str, Any] | None, *, sync: bool = True) -> None:
+        """Before the records that name them are appended (and before the bank, which reads
+        its texts from the same file)."""
         if extras and extras.get("texts"):
-            self.texts.add(extras["texts"])
+            self.texts.add(extras["texts"], sync=sync)
 
-    def write_bank_update(self, extras: dict[str, Any] | None) -> None:
+    def write_bank_update(self, extras: dict[str, Any] | None, *, sync: bool = True) -> None:
         """After the records, before the checkpoint (recovery drops a line past it)."""
-        if extras and extras.get("bank_update") is not None:
-            append_jsonl(self.rd.bank_updates,
-                         [json.dumps(extras["bank_update"], ensure_ascii=False, sort_keys=True)])
+        lines = bank_update_lines(extras)
+        if lines:
+            append_jsonl(self.rd.bank_updates, lines, sync=sync)
 
     def truncate(self, committed: Callable[[int, int], bool]) -> None:
         """On recovery: keep only the bank-update lines of committed batches."""

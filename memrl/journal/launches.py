@@ -13,8 +13,10 @@ is appended (fsync) to `state/launches.jsonl` (`memrl.core.rundir.RunDir.launche
 - `bank_version`: how many episode updates the bank held when the episode retrieved (the
   run's committed training episodes, all epochs); the episode's own commit comes later, and
   its staleness is the number of commits in between (recorded with the episode);
-- `memories`: the retrieved memories as they were (id, intent, experience, Q, similarity,
-  score), i.e. what the episode is handed before its model-side `select`.
+- `memories`: the retrieved memories as they were (id, Q, similarity, score, success and
+  the hash of the memory's text, which the run's `memories.jsonl` resolves, as for the
+  episode records), i.e. what the episode is handed before its model-side `select`. Logs
+  written before texts were named by hash carry each memory's intent and experience instead.
 
 The commit position of an episode is the `batch` of its record in `episodes.jsonl` (async
 commits one episode at a time, numbered within the epoch in completion order; the
@@ -32,10 +34,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
-from memrl.core.records import RetrievalStats, Retrieved, RetrievedMemory, append_jsonl, iter_jsonl, rewrite_jsonl
+from memrl.core.records import RetrievalStats, Retrieved, RetrievedMemory, append_jsonl, iter_jsonl
 from memrl.core.storage import writing
+from memrl.memory.textstore import cut_torn_tail
 
 
 @dataclass
@@ -53,14 +56,31 @@ class Launch:
     def of(cls, epoch: int, task_id: str, launch: int, bank_version: int,
            memories: Iterable[RetrievedMemory]) -> "Launch":
         stats = getattr(memories, "stats", None)
+        rows = []
+        for m in memories:
+            row = asdict(m)
+            del row["intent"], row["experience"]
+            row["text"] = m.text_hash
+            rows.append(row)
         return cls(epoch=epoch, task_id=task_id, launch=launch, bank_version=bank_version,
-                   memories=[asdict(m) for m in memories],
-                   stats=asdict(stats) if stats is not None else None)
+                   memories=rows, stats=asdict(stats) if stats is not None else None)
 
-    def retrieved(self) -> list[RetrievedMemory]:
-        """The logged memories, as the episode was handed them."""
-        return Retrieved((RetrievedMemory(**m) for m in self.memories),
-                         RetrievalStats(**self.stats) if self.stats else None)
+    def retrieved(self, texts: Mapping[str, Any] | Any = None) -> list[RetrievedMemory]:
+        """The logged memories, as the episode was handed them; `texts` (the run's text store,
+        memrl.memory.textstore) resolves the texts they name."""
+        named = [str(m["text"]) for m in self.memories if "text" in m]
+        found = texts.get_many(named) if named and texts is not None else {}
+        out = []
+        for m in self.memories:
+            m = dict(m)
+            if "text" in m:
+                h = str(m.pop("text"))
+                if h not in found:
+                    raise ValueError(f"launch {self.launch} of epoch {self.epoch} ({self.task_id}) names "
+                                     f"memory text {h}, which the run's memory texts lack")
+                m.update(intent=found[h]["intent"], experience=found[h]["experience"])
+            out.append(RetrievedMemory(**m))
+        return Retrieved(out, RetrievalStats(**self.stats) if self.stats else None)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True)
@@ -93,18 +113,13 @@ class LaunchLog:
         line elsewhere raises ValueError)."""
         return [Launch.from_dict(d) for d in iter_jsonl(self.path)]
 
-    def repair(self) -> list[Launch]:
-        """Rewrite the log without a torn last line (so the next append starts on a line of
-        its own); returns what it holds."""
-        launches = self.read()
-        if not self.path.exists():
-            return launches
-        text = "".join(rec.to_json() + "\n" for rec in launches)
-        if text.encode("utf-8") != self.path.read_bytes():
-            with writing(self.path, "the launch log"):
-                rewrite_jsonl(self.path, [asdict(rec) for rec in launches])
-        return launches
-
-    def append(self, launch: Launch) -> None:
+    def repair(self) -> None:
+        """Cut a torn last line (so the next append starts on a line of its own), reading
+        only the end of the log."""
         with writing(self.path, "the launch log"):
-            append_jsonl(self.path, [launch.to_json()])
+            cut_torn_tail(self.path)
+
+    def append(self, launch: Launch, *, sync: bool = True) -> None:
+        """One line (`sync=False`: flushed, synced with the commits, memrl.journal.commit)."""
+        with writing(self.path, "the launch log"):
+            append_jsonl(self.path, [launch.to_json()], sync=sync)

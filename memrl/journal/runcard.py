@@ -318,9 +318,11 @@ class RunCard:
 
     def end_session(self, session: dict[str, Any], status: str, *, llm: dict[str, Any] | None,
                     faults: dict[str, Any] | None, spend: dict[str, Any] | None = None,
-                    budget: dict[str, Any] | None = None, error: str | None = None) -> None:
+                    budget: dict[str, Any] | None = None, error: str | None = None,
+                    recount: bool = True) -> None:
         """Close a session and the run's totals; never raises on the episode summary (it is
-        written on the way out of a crashed run too)."""
+        written on the way out of a crashed run too). `recount=False` (a session that
+        committed nothing to a finished run) keeps the episode summary the card has."""
         from memrl.llm import faults as fault_kinds
         from memrl.llm.bill import sessions_spend
 
@@ -350,5 +352,6 @@ class RunCard:
             self.data.pop("unpriced", None)
         if budget is not None:
             self.data["budget"] = budget
-        self.data["episodes"] = episodes_summary(self.run_dir)
+        if recount or "episodes" not in self.data:
+            self.data["episodes"] = episodes_summary(self.run_dir)
         self.save()

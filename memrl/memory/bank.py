@@ -1,8 +1,20 @@
-"""Memory bank on Chroma: embedded `PersistentClient` by default, a Chroma server by config.
+"""The memory bank: each key's vector in Chroma (embedded `PersistentClient` by default, a
+Chroma server by config), each entry's fields in the bank's own SQLite file, each text once in
+a text file.
 
-Chroma stores the intent embedding (the key), the experience text (the document) and the
-scalar fields (Q, visits, provenance) as metadata. Chroma's own embedding function is never
-used (it would download a model): every add and query passes explicit embeddings.
+- Chroma holds one record per key (an intent with its vector, `entrystore.key_id`): the
+  memories of one task, and near-duplicate intents that join a key (`dedup_threshold`), share
+  one stored vector. No document, no metadata: Chroma's full-text index stays empty. Chroma's
+  own embedding function is never used (it would download a model): every add and query
+  passes explicit vectors.
+- `<bank>/entries.sqlite3` (memrl.memory.entrystore) holds every entry's scalar fields (Q,
+  visits, provenance, insertion order), its intent, its key id and its text's hash.
+- The texts are lines of a text file (memrl.memory.textstore): a run's bank reads and writes
+  the run's `memories.jsonl` (which the commit log writes too: each text is stored once); a
+  standalone bank (`memrl bank copy/merge/import`) has `<bank>/memories.jsonl`.
+
+A bank written before this layout (every entry a Chroma record with its vector and text) is
+converted the first time a run opens it (memrl.memory.legacy); the bank tools read it as it is.
 """
 
 from __future__ import annotations
@@ -10,18 +22,26 @@ from __future__ import annotations
 import gc
 import json
 import os
+from collections import OrderedDict
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Any, Iterable, Iterator, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from memrl.core.fields import no_effect
+from memrl.core.records import text_hash
 from memrl.memory.entry import BankUpdate, MemoryEntry
+from memrl.memory.entrystore import FILE as ENTRIES_FILE
+from memrl.memory.entrystore import LAYOUT, EntryStore, Row, key_id, row_of
 from memrl.memory.retrieval import TIE_TOL, BankTies, key_similarities, phase_a, tie_precedence
+from memrl.memory.textstore import TextStore
 
-_GET_PAGE = 2000
 _ADD_BATCH = 5000  # Chroma's maximum batch is 5,461
+_PAGE = 500  # entries read at a time (their texts and vectors with them)
+_VECTOR_CACHE = 4096  # key vectors kept once read (a key's id names its vector: never stale)
+TEXTS_FILE = "memories.jsonl"  # a standalone bank's texts (a run's bank uses the run's file)
+KEYS_SUFFIX = "-keys"  # the Chroma collection of a bank's key vectors: <collection>-keys
 SERVER_CLAIM = "server.json"  # in a run's bank dir when its bank lives in a Chroma server
 
 
@@ -64,13 +84,14 @@ class BankSettings(BaseModel):
             raise ValueError(f"no such run directory, bank directory or .jsonl export: {value}")
         return value
 
-    def open(self, path: str | Path) -> "ChromaBank":
-        """The bank of the run whose bank directory is `path`. With a server (`host`), the
-        entries live in the server's collection and `path` only keeps a claim file, so two
-        runs never write into one collection by accident (see `_claim_server_collection`)."""
+    def open(self, path: str | Path, *, texts: str | Path | None = None) -> "ChromaBank":
+        """The bank whose directory is `path` (`texts`: its text file, for a run's bank the
+        run's memories.jsonl). With a server (`host`), the key vectors live in the server's
+        collection and `path` keeps the entries and a claim file, so two runs never write into
+        one collection by accident (see `_claim_server_collection`)."""
         bank = ChromaBank(path, collection=self.collection, host=self.host, port=self.port,
                           ef_search=self.ef_search, ef_construction=self.ef_construction,
-                          max_neighbors=self.max_neighbors, ties=self.ties)
+                          max_neighbors=self.max_neighbors, texts=texts, ties=self.ties)
         if self.host:
             self._claim_server_collection(bank, Path(path))
         return bank
@@ -86,7 +107,7 @@ class BankSettings(BaseModel):
                 raise ValueError(f"memory.bank: this run's bank is {json.loads(claim.read_text())}, "
                                  f"not {where}; a run cannot move to another collection")
             return
-        if bank.count() > 0:
+        if bank.count() > 0 or bank.index_count() > 0:
             raise ValueError(f"memory.bank.collection: {self.collection!r} on {self.host}:{self.port} "
                              f"already holds {bank.count()} entries of another run; give each run "
                              "its own collection (memory.bank.collection=<name>)")
@@ -96,50 +117,135 @@ class BankSettings(BaseModel):
         os.replace(tmp, claim)
 
 
+class EntryCollection:
+    """A bank's entries by id (`ChromaBank.col`): count and delete, outside any update."""
+
+    def __init__(self, bank: "ChromaBank") -> None:
+        self.bank = bank
+
+    def count(self) -> int:
+        return self.bank.count()
+
+    def delete(self, ids: list[str]) -> None:
+        self.bank.apply(BankUpdate(delete=list(ids)))
+
+
 class ChromaBank:
     def __init__(self, path: str | Path | None = None, *, collection: str = "memories",
                  host: str | None = None, port: int = 8000, ef_search: int = 256,
                  ef_construction: int = 256, max_neighbors: int = 32, create: bool = True,
-                 ties: BankTies = "oldest"):
-        """Open (and by default create) the collection. `create=False` opens an existing
-        collection with the search settings it was created with (bank tools, transfer). `ties`:
-        the order among entries of equal similarity in `neighbours` and `query`
-        (`retrieval.tie_precedence`)."""
+                 texts: str | Path | None = None, ties: BankTies = "oldest"):
+        """Open (and by default create) the bank in the directory `path` (module doc). A bank
+        of the earlier layout is converted first (memrl.memory.legacy). `create=False` opens an
+        existing bank with the search settings it was created with (bank tools, transfer).
+        `texts`: the text file (a run's memories.jsonl); by default the one the bank names, or
+        for a new bank `<path>/memories.jsonl`. `ties`: the order among entries of equal
+        similarity in `neighbours` and `query` (`retrieval.tie_precedence`)."""
         import chromadb
         from chromadb.config import Settings
 
+        if path is None:
+            raise ValueError("ChromaBank needs a directory (its entries live there, also with a server)")
+        self.path = Path(path)
+        self._vector_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.name = collection
+        self.keys_name = collection + KEYS_SUFFIX
         settings = Settings(anonymized_telemetry=False, allow_reset=False)
         self.ties: BankTies = ties
         if host:
             self.client = chromadb.HttpClient(host=host, port=port, settings=settings)
         else:
-            if path is None:
-                raise ValueError("ChromaBank needs a path (embedded) or a host (server)")
-            Path(path).mkdir(parents=True, exist_ok=True)
-            self.client = chromadb.PersistentClient(path=str(path), settings=settings)
-        if not create:
-            names = [c.name for c in self.client.list_collections()]
-            if collection not in names:
-                where = f"{host}:{port}" if host else str(path)
-                raise ValueError(f"no collection {collection!r} in the bank at {where} "
-                                 f"(it has: {', '.join(sorted(names)) or 'none'})")
-            self.col = self.client.get_collection(name=collection, embedding_function=None)
-            self.next_order = max((e.order for e in self.iter_entries()), default=-1) + 1
-            return
-        # Search breadth must be fixed at creation: changing it later has no effect.
-        self.col = self.client.get_or_create_collection(
-            name=collection,
-            configuration={"hnsw": {"space": "cosine", "ef_search": ef_search,
-                                    "ef_construction": ef_construction,
-                                    "max_neighbors": max_neighbors}},
-            embedding_function=None,
-        )
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.client = chromadb.PersistentClient(path=str(self.path), settings=settings)
+        self.hnsw = {"space": "cosine", "ef_search": ef_search, "ef_construction": ef_construction,
+                     "max_neighbors": max_neighbors}
+        names = {c.name for c in self.client.list_collections()}
+        self.legacy_present = collection in names
+        store = self.path / ENTRIES_FILE
+        if not store.exists() and not self.legacy_present and not create:
+            where = f"{host}:{port}" if host else str(self.path)
+            shown = sorted({n[:-len(KEYS_SUFFIX)] if n.endswith(KEYS_SUFFIX) else n for n in names})
+            raise ValueError(f"no collection {collection!r} in the bank at {where} "
+                             f"(it has: {', '.join(shown) or 'none'})")
+        may_convert = not host or (self.path / SERVER_CLAIM).exists()
+        if not store.exists() and self.legacy_present and may_convert:
+            from memrl.memory.legacy import convert
+
+            convert(self, texts)  # writes entries.sqlite3 last, then drops the old collection
+        elif store.exists() and self.legacy_present and may_convert:
+            self.client.delete_collection(collection)  # a conversion cut before its last step
+            self.legacy_present = False
+        self.entries = EntryStore(store)
+        facts = self.entries.facts()
+        if facts.get("collection") not in (None, collection):
+            raise ValueError(f"the bank at {self.path} keeps its vectors in collection "
+                             f"{facts['collection']!r}, not {collection!r}")
+        if not facts:
+            rel = TEXTS_FILE if texts is None else os.path.relpath(Path(texts).resolve(), self.path.resolve())
+            self.entries.set_facts(layout=LAYOUT, collection=collection, texts=rel)
+            facts = self.entries.facts()
+        self.texts = TextStore(Path(texts) if texts is not None else self.path / facts["texts"])
+        if self.keys_name in names and not create:  # as it was created
+            self.index = self.client.get_collection(name=self.keys_name, embedding_function=None)
+        else:  # search breadth must be fixed at creation: changing it later has no effect
+            self.index = self.client.get_or_create_collection(name=self.keys_name,
+                                                              configuration={"hnsw": self.hnsw},
+                                                              embedding_function=None)
         # insertion order of the next new entry (entries carry it for deterministic listing)
-        self.next_order = max((e.order for e in self.iter_entries()), default=-1) + 1
+        self.next_order = self.entries.next_order()
+
+    @property
+    def col(self) -> "EntryCollection":
+        """The entries as one collection, as the first layout's Chroma collection was: what a
+        bank damaged outside the journal looks like (`col.delete(ids=...)`)."""
+        return EntryCollection(self)
 
     # ------------------------------------------------------------------ reads
     def count(self) -> int:
-        return self.col.count()
+        return self.entries.count() if hasattr(self, "entries") else 0
+
+    def index_count(self) -> int:
+        """Key vectors in the index (one per distinct key)."""
+        return self.index.count() if hasattr(self, "index") else 0
+
+    def _entries_of(self, rows: Iterable[Row], *, with_texts: bool = True,
+                    vectors: dict[str, Any] | None = None) -> list[MemoryEntry]:
+        rows = list(rows)
+        texts = self.texts.get_many(r.text for r in rows) if with_texts else {}
+        out = []
+        for r in rows:
+            t = texts.get(r.text)
+            if with_texts and t is None:
+                raise ValueError(f"the bank at {self.path} names a text its text file {self.texts.path} "
+                                 f"lacks (entry {r.id}, text {r.text}): the file was cut or replaced")
+            out.append(r.entry(t["experience"] if t else "", None if vectors is None else vectors.get(r.key_id)))
+        return out
+
+    def vectors(self, key_ids: Iterable[str], *, arrays: bool = False) -> dict[str, Any]:
+        """key id -> its stored vector: float32 values as a list of Python floats, or
+        (`arrays`) as a float32 array (a twelfth of the memory, for streamed reads)."""
+        ids = list(dict.fromkeys(key_ids))
+        cache = self._vector_cache
+        out: dict[str, Any] = {k: cache[k] for k in ids if k in cache}
+        todo = [k for k in ids if k not in cache]
+        for i in range(0, len(todo), _ADD_BATCH):
+            res = self.index.get(ids=todo[i:i + _ADD_BATCH], include=["embeddings"])
+            for kid, vec in zip(res["ids"], res["embeddings"]):
+                out[kid] = cache[kid] = np.asarray(vec, dtype=np.float32)
+        for k in ids:
+            if k in cache:
+                cache.move_to_end(k)
+        while len(cache) > _VECTOR_CACHE:
+            cache.popitem(last=False)
+        return out if arrays else {k: v.astype(np.float64).tolist() for k, v in out.items()}
+
+    def _nearest(self, vec: list[list[float]], n: int) -> tuple[list[tuple[MemoryEntry, float]], int]:
+        """The entries of the `n` keys most similar to `vec`, each with its key's similarity,
+        and how many keys the index gave (fewer than `n`: every key)."""
+        res = self.index.query(query_embeddings=vec, n_results=n, include=["distances"])
+        sim = {kid: 1.0 - float(dist) for kid, dist in zip(res["ids"][0], res["distances"][0])}
+        rows = self.entries.rows_of_keys(list(sim))
+        return [(e, sim[r.key_id]) for r, e in zip(rows, self._entries_of(rows))], len(sim)
 
     def precedence(self, entries: list[MemoryEntry], seed: int = 0) -> np.ndarray:
         """The entries' tie precedence under this bank's rule (lower first; `tie_precedence`)."""
@@ -154,35 +260,30 @@ class ChromaBank:
         `retrieval.key_similarities`) -- and everything tied with the k-th are in hand.
 
         Banks are full of exact ties (the same task's memories from successive epochs share
-        one key), and the index returns an arbitrary subset of tied entries. So the query
+        one key). The index holds one vector per key, so every entry of a key comes with it;
+        similarities of different keys within the tie tolerance still tie, so the query
         widens until the last result is below the k-th similarity by more than the tie
         tolerance, or the whole bank is in hand. Nothing is cut: the caller's Phase A does.
         """
         if k <= 0:
             return []
-        # No count() here: it costs a full table count (~4 ms at 100k entries), and Chroma
-        # answers an n_results above the bank's size with the whole bank.
         vec = [np.asarray(embedding, dtype=np.float32).tolist()]
         want = k
         while True:
-            res = self.col.query(query_embeddings=vec, n_results=want,
-                                 include=["metadatas", "documents", "distances"])
-            out = [(MemoryEntry.from_chroma(mid, doc, meta), 1.0 - float(dist))
-                   for mid, doc, meta, dist in zip(res["ids"][0], res["documents"][0],
-                                                   res["metadatas"][0], res["distances"][0])]
+            out, keys = self._nearest(vec, want)
             sims = key_similarities(np.array([s for _, s in out]), [e.key for e, _ in out])
             prec = self.precedence([e for e, _ in out], seed)
             rank = sorted(range(len(out)), key=lambda i: (-sims[i], prec[i]))
             out = [out[i] for i in rank]
             sims = sims[rank]
-            if len(out) < want:
+            if keys < want:
                 return out  # the whole bank is in hand
             if by_key:
                 seen: set[str] = set()
                 firsts = [i for i, (e, _) in enumerate(out) if not (e.key in seen or seen.add(e.key))]
                 boundary = sims[firsts[k - 1]] if len(firsts) >= k else None
             else:
-                boundary = sims[k - 1]
+                boundary = sims[k - 1] if len(out) >= k else None
             if boundary is not None and sims[-1] < boundary - TIE_TOL:
                 return out  # the last result is below the k-th: no tie is cut off
             want *= 2
@@ -202,82 +303,102 @@ class ChromaBank:
     def get(self, ids: list[str], *, with_embeddings: bool = False) -> dict[str, MemoryEntry]:
         if not ids:
             return {}
-        include = ["metadatas", "documents"] + (["embeddings"] if with_embeddings else [])
-        res = self.col.get(ids=list(ids), include=include)
-        embs = res.get("embeddings") if with_embeddings else None
-        return {
-            mid: MemoryEntry.from_chroma(mid, doc, meta, None if embs is None else embs[i])
-            for i, (mid, doc, meta) in enumerate(zip(res["ids"], res["documents"], res["metadatas"]))
-        }
+        rows = self.entries.rows(ids)
+        vectors = self.vectors(r.key_id for r in rows.values()) if with_embeddings else None
+        entries = self._entries_of(rows.values(), vectors=vectors)
+        return {e.memory_id: e for e in entries}
 
-    def iter_entries(self, *, with_embeddings: bool = False) -> Iterator[MemoryEntry]:
-        """All entries in insertion order."""
-        include = ["metadatas", "documents"] + (["embeddings"] if with_embeddings else [])
-        entries: list[MemoryEntry] = []
-        offset = 0
-        while True:
-            res = self.col.get(include=include, limit=_GET_PAGE, offset=offset)
-            if not res["ids"]:
-                break
-            embs = res.get("embeddings") if with_embeddings else None
-            for i, (mid, doc, meta) in enumerate(zip(res["ids"], res["documents"], res["metadatas"])):
-                entries.append(MemoryEntry.from_chroma(mid, doc, meta, None if embs is None else embs[i]))
-            offset += len(res["ids"])
-        entries.sort(key=lambda e: e.order)
-        return iter(entries)
+    def iter_entries(self, *, with_embeddings: bool = False, with_texts: bool = True) -> Iterator[MemoryEntry]:
+        """All entries in insertion order, read a page at a time (`with_texts=False`: without
+        their experience texts, which stay empty; vectors as float32 arrays, shared by the
+        entries of one key in a page)."""
+        page: list[Row] = []
+        for row in self.entries.iter_rows():
+            page.append(row)
+            if len(page) == _PAGE:
+                yield from self._page(page, with_embeddings, with_texts)
+                page = []
+        if page:
+            yield from self._page(page, with_embeddings, with_texts)
+
+    def _page(self, rows: list[Row], with_embeddings: bool, with_texts: bool) -> list[MemoryEntry]:
+        vectors = self.vectors((r.key_id for r in rows), arrays=True) if with_embeddings else None
+        return self._entries_of(rows, with_texts=with_texts, vectors=vectors)
 
     # ----------------------------------------------------------------- writes
-    def apply(self, update: BankUpdate) -> None:
-        """Apply a planned update. Idempotent: every value written is absolute."""
+    def apply(self, update: BankUpdate, *, as_read: bool = False) -> None:
+        """Apply a planned update. Idempotent: every value written is absolute. The texts go
+        first (content-addressed), then the new keys' vectors, then the entries in one SQLite
+        transaction; a key no entry is filed under any more leaves the index. Q is stored as
+        the first layout stored it (`entrystore.as_stored`; `as_read`: the entries' Q as an
+        old bank gave them, kept as they are)."""
         if update.add:
             self.next_order = max(self.next_order, max(e.order for e in update.add) + 1)
-        if update.delete:
-            self.col.delete(ids=list(update.delete))
-        for start in range(0, len(update.add), _ADD_BATCH):
-            chunk = update.add[start:start + _ADD_BATCH]
-            self.col.upsert(ids=[e.memory_id for e in chunk],
-                            embeddings=[list(map(float, e.embedding)) for e in chunk],
-                            documents=[e.experience for e in chunk],
-                            metadatas=[e.metadata() for e in chunk])
-        if update.set_fields:
-            # "experience" in set_fields replaces the document (a revised memory). Chroma
-            # re-embeds a document sent without its vector, so the stored key goes with it.
-            texts = any("experience" in fields for fields in update.set_fields.values())
-            current = self.get(list(update.set_fields), with_embeddings=texts)
-            ids, metas = [], []
-            for mid, fields in update.set_fields.items():
-                if mid not in current:
-                    continue  # deleted in this same update
-                entry = current[mid]
-                for key, value in fields.items():
-                    setattr(entry, key, value)
-                ids.append(mid)
-                metas.append(entry.metadata())
-            if ids and texts:
-                self.col.update(ids=ids, metadatas=metas,
-                                documents=[current[m].experience for m in ids],
-                                embeddings=[list(map(float, current[m].embedding)) for m in ids])
-            elif ids:
-                self.col.update(ids=ids, metadatas=metas)
+        texts: dict[str, dict[str, str]] = {}
+        rows = []
+        keys: dict[str, Any] = {}
+        for e in update.add:
+            h = text_hash(e.intent, e.experience)
+            texts[h] = {"intent": e.intent, "experience": e.experience}
+            kid = key_id(e.intent, e.embedding)
+            keys.setdefault(kid, e.embedding)
+            rows.append(row_of(e, kid, h, as_read=as_read))
+        updates: list[tuple[str, dict[str, Any]]] = []
+        # an entry set here exists after the deletes and adds (which go first, as they always have)
+        intents = {mid: r.intent for mid, r in self.entries.rows(update.set_fields).items()
+                   if mid not in update.delete} if update.set_fields else {}
+        intents.update((e.memory_id, e.intent) for e in update.add)
+        for mid, fields in update.set_fields.items():
+            if mid not in intents:
+                continue  # deleted (or in this same update)
+            fields = dict(fields)
+            if "experience" in fields:  # a revised memory: a new text under the same key
+                h = text_hash(intents[mid], str(fields["experience"]))
+                texts[h] = {"intent": intents[mid], "experience": str(fields.pop("experience"))}
+                fields["text"] = h
+            updates.append((mid, fields))
+        if texts:
+            self.texts.add(texts)
+        new = sorted(set(keys) - self.entries.has_keys(keys))
+        for start in range(0, len(new), _ADD_BATCH):
+            chunk = new[start:start + _ADD_BATCH]
+            self.index.upsert(ids=chunk, embeddings=[np.asarray(keys[k], dtype=np.float32) for k in chunk])
+        gone = self.entries.rows(update.delete) if update.delete else {}
+        replaced = self.entries.rows(e.memory_id for e in update.add) if update.add else {}
+        self.entries.write(delete=list(update.delete), upsert=rows, updates=updates, new_keys=new)
+        orphans = self.entries.orphan_keys([r.key_id for r in [*gone.values(), *replaced.values()]])
+        if orphans:
+            self.index.delete(ids=orphans)
+            self.entries.write(drop_keys=orphans)
+
+    def hold(self) -> None:
+        """Updates applied until `flush` need not be durable one by one (memrl.memory.entrystore)."""
+        self.entries.hold()
+
+    def flush(self) -> None:
+        """Make every applied update durable, and end a `hold`."""
+        self.entries.flush()
 
     def close(self) -> None:
         """Release the client. Chroma's close() stops its system (the index files), but its
         SQLite connection goes only with the last reference to the client's objects, some of
         them in cycles: they are dropped and collected here, so an embedded bank's files are
         all closed when this returns. The bank is unusable after it."""
+        store = self.__dict__.pop("entries", None)
+        if store is not None:
+            store.close()
         client = self.__dict__.pop("client", None)
         close = getattr(client, "close", None)
         if callable(close):
             close()
-        self.__dict__.pop("col", None)
+        self.__dict__.pop("index", None)
         del client, close
         gc.collect()
 
     def export_jsonl(self, path: str | Path) -> int:
         n = 0
         with open(path, "w", encoding="utf-8") as fh:
-            for entry in self.iter_entries(with_embeddings=True):
+            for entry in self.iter_entries(with_embeddings=True):  # to_dict: the vector as a list
                 fh.write(json.dumps(entry.to_dict(), ensure_ascii=False) + "\n")
                 n += 1
         return n
-

@@ -1,34 +1,44 @@
 """Reading banks from elsewhere: run directories, bank directories and JSONL exports.
 
 Used by the bank tools (`memrl bank`, memrl/cli/bank.py) and by `memory.bank.init_from` (a run seeded
-from another run's bank, e.g. cross-model transfer). A source is never modified: a Chroma
-directory is copied to a temporary directory and read from the copy (opening a Chroma
-directory may write to it).
+from another run's bank, e.g. cross-model transfer). A source is never modified: its bank
+directory (without its texts) is copied to a temporary directory and read from the copy
+(opening a Chroma directory may write to it); its texts are read in place, read-only.
+
+Entries are streamed (`BankReader.entries`), a page at a time, and carry only what the
+caller asks for: `memrl bank top` reads neither vectors nor texts, export and merge read
+them page by page, so no tool holds a whole bank in memory. A bank of the first layout
+(memrl.memory.legacy) is read as it is.
 
 Kinds of source:
 - a run directory: `<run>/bank/` plus `<run>/run_card.json` (which says the embedder, the
   model, the memory module and the bank's collection name); for a run whose bank lives in a
   Chroma server, `<run>/bank/server.json` says where, and the entries are read over HTTP;
-- a bank directory: a Chroma persistent directory (`chroma.sqlite3`), optionally with a
-  `bank_meta.json` written by `memrl bank copy/merge/import`;
+- a bank directory: a Chroma persistent directory (`chroma.sqlite3`) with its entries
+  (`entries.sqlite3`) and texts (`memories.jsonl`), optionally with a `bank_meta.json`
+  written by `memrl bank copy/merge/import`;
 - a JSONL export (`memrl bank export`): one `MemoryEntry` per line, with an optional
   `<file>.meta.json` beside it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Iterator, Literal
 
 from memrl.core.records import write_json_atomic
 from memrl.core.rundir import RunDir
-from memrl.memory.bank import SERVER_CLAIM, BankSettings, ChromaBank
-from memrl.memory.entry import BankUpdate, MemoryEntry
+from memrl.memory.bank import KEYS_SUFFIX, SERVER_CLAIM, TEXTS_FILE, BankSettings, ChromaBank
+from memrl.memory.entry import BankUpdate, MemoryEntry, decode_vector, vector_list
+from memrl.memory.entrystore import FILE as ENTRIES_FILE
+from memrl.memory.entrystore import EntryStore
+from memrl.memory.textstore import TextStore, index_path
 
 META_FILE = "bank_meta.json"
 CHROMA_FILE = "chroma.sqlite3"
@@ -92,14 +102,26 @@ def resolve(path: str | Path) -> BankSource:
                           f"a bank directory with {CHROMA_FILE}, or a .jsonl export)")
 
 
+def _collections(client: Any) -> list[str]:
+    return sorted(c.name for c in client.list_collections())
+
+
 def _only_collection(chroma_dir: Path) -> str:
+    """The collection of a bank directory (a copy: opening it may write) that does not say it."""
+    if (chroma_dir / ENTRIES_FILE).exists():
+        store = EntryStore(chroma_dir / ENTRIES_FILE)
+        try:
+            name = store.facts().get("collection")
+        finally:
+            store.close()
+        if name:
+            return name
     import chromadb
     from chromadb.config import Settings
 
-    client = chromadb.PersistentClient(path=str(chroma_dir),
-                                       settings=Settings(anonymized_telemetry=False))
+    client = chromadb.PersistentClient(path=str(chroma_dir), settings=Settings(anonymized_telemetry=False))
     try:
-        names = sorted(c.name for c in client.list_collections())
+        names = sorted({n[:-len(KEYS_SUFFIX)] if n.endswith(KEYS_SUFFIX) else n for n in _collections(client)})
     finally:
         getattr(client, "close", lambda: None)()
     if len(names) == 1:
@@ -110,29 +132,107 @@ def _only_collection(chroma_dir: Path) -> str:
                           "(--collection)")
 
 
+class BankReader:
+    """The entries of a source, read from a copy of its bank directory (its texts read in
+    place, read-only); a context manager that removes the copy."""
+
+    def __init__(self, src: BankSource, *, collection: str | None = None) -> None:
+        self.src = src
+        self.collection = collection
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._bank: ChromaBank | None = None
+        self._legacy: Any = None
+
+    def __enter__(self) -> "BankReader":
+        if self.src.kind == "jsonl":
+            return self
+        self._tmp = tempfile.TemporaryDirectory(prefix="memrl-bank-read-")
+        copy = Path(self._tmp.name) / "bank"
+        source = self.src.chroma_dir
+        own_texts = {TEXTS_FILE, index_path(Path(TEXTS_FILE)).name}  # a bank's own texts: read in place
+        shutil.copytree(source, copy, ignore=lambda d, names: [n for n in names if Path(d) == source
+                                                                and n in own_texts])
+        server = self.src.meta.get("server")
+        name = self.collection or (server or {}).get("collection") or self.src.collection \
+            or _only_collection(copy)
+        if not (copy / ENTRIES_FILE).exists():  # the first layout: read as it is
+            self._legacy = self._legacy_collection(copy, name, server)
+            return self
+        kw = {"host": server["host"], "port": server["port"]} if server else {}
+        (copy / SERVER_CLAIM).unlink(missing_ok=True)  # never a conversion on a server
+        self._bank = ChromaBank(copy, collection=name, create=False, **kw)
+        texts = (source / self._bank.entries.facts().get("texts", TEXTS_FILE)).resolve()
+        self._bank.texts = TextStore(texts, read_only=True)
+        return self
+
+    def _legacy_collection(self, copy: Path, name: str, server: dict[str, Any] | None) -> Any:
+        import chromadb
+        from chromadb.config import Settings
+
+        settings = Settings(anonymized_telemetry=False)
+        client = chromadb.HttpClient(host=server["host"], port=server["port"], settings=settings) if server \
+            else chromadb.PersistentClient(path=str(copy), settings=settings)
+        self._client = client
+        if name not in _collections(client):
+            raise BankSourceError(f"{self.src.path}: no collection {name!r} (it has: "
+                                  f"{', '.join(_collections(client)) or 'none'})")
+        return client.get_collection(name, embedding_function=None)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bank is not None:
+            self._bank.close()
+        client = self.__dict__.pop("_client", None)
+        if client is not None:
+            getattr(client, "close", lambda: None)()
+        self._legacy = None
+        if self._tmp is not None:
+            import gc
+
+            gc.collect()
+            self._tmp.cleanup()
+
+    def entries(self, *, with_embeddings: bool = False, with_texts: bool = True) -> Iterator[MemoryEntry]:
+        """Every entry in insertion order, streamed, with what is asked for."""
+        if self.src.kind == "jsonl":
+            yield from iter_jsonl_entries(self.src.path)
+        elif self._legacy is not None:
+            from memrl.memory.legacy import iter_legacy
+
+            yield from iter_legacy(self._legacy, with_embeddings=with_embeddings, with_texts=with_texts)
+        else:
+            assert self._bank is not None
+            yield from self._bank.iter_entries(with_embeddings=with_embeddings, with_texts=with_texts)
+
+
+    def with_texts(self, entries: list[MemoryEntry]) -> list[MemoryEntry]:
+        """`entries` (read without texts) with their experience texts."""
+        if self.src.kind == "jsonl":
+            return entries
+        if self._legacy is not None:
+            res = self._legacy.get(ids=[e.memory_id for e in entries], include=["documents"])
+            docs = dict(zip(res["ids"], res["documents"]))
+            texts = {e.memory_id: docs.get(e.memory_id) or "" for e in entries}
+        else:
+            assert self._bank is not None
+            got = self._bank.get([e.memory_id for e in entries])
+            texts = {mid: e.experience for mid, e in got.items()}
+        for e in entries:
+            e.experience = texts.get(e.memory_id, e.experience)
+        return entries
+
+
 def read_entries(src: BankSource, *, collection: str | None = None) -> list[MemoryEntry]:
-    """Every entry with its embedding, in insertion order, without touching the source."""
-    if src.kind == "jsonl":
-        return read_jsonl(src.path)
-    if "server" in src.meta:  # reads over HTTP change nothing on the server
-        where = src.meta["server"]
-        bank = ChromaBank(host=where["host"], port=where["port"],
-                          collection=collection or where["collection"], create=False)
-        return list(bank.iter_entries(with_embeddings=True))
-    with tempfile.TemporaryDirectory(prefix="memrl-bank-read-") as tmp:
-        copy = Path(tmp) / "bank"
-        shutil.copytree(src.chroma_dir, copy)
-        name = collection or src.collection or _only_collection(copy)
-        bank = ChromaBank(copy, collection=name, create=False)
-        try:
-            return list(bank.iter_entries(with_embeddings=True))
-        finally:
-            bank.close()
+    """Every entry with its embedding, in insertion order, without touching the source (a
+    list: for small banks; tools stream with `BankReader`)."""
+    with BankReader(src, collection=collection) as reader:
+        out = list(reader.entries(with_embeddings=True))
+    for e in out:
+        e.embedding = vector_list(e.embedding)
+    return out
 
 
-def read_jsonl(path: str | Path) -> list[MemoryEntry]:
-    """Entries from an export; a bad line is an error naming the line."""
-    out: list[MemoryEntry] = []
+def iter_jsonl_entries(path: str | Path) -> Iterator[MemoryEntry]:
+    """Entries from an export, streamed; a bad line is an error naming the line."""
     known = set(MemoryEntry.__dataclass_fields__)
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
@@ -143,35 +243,78 @@ def read_jsonl(path: str | Path) -> list[MemoryEntry]:
                 unknown = set(row) - known
                 if unknown:
                     raise ValueError(f"unknown fields {sorted(unknown)}")
-                entry = MemoryEntry(**row)
+                entry = MemoryEntry(**{**row, "embedding": decode_vector(row.get("embedding"))})
             except (ValueError, TypeError) as exc:
                 raise BankSourceError(f"{path}:{n}: not a memory entry ({exc})") from exc
-            if not entry.embedding:
+            if not len(entry.embedding):
                 raise BankSourceError(f"{path}:{n}: entry {entry.memory_id!r} has no embedding")
-            out.append(entry)
-    return out
+            yield entry
 
 
-def write_jsonl(entries: list[MemoryEntry], path: str | Path, meta: dict[str, Any] | None = None) -> int:
+def read_jsonl(path: str | Path) -> list[MemoryEntry]:
+    """Entries from an export; a bad line is an error naming the line."""
+    return list(iter_jsonl_entries(path))
+
+
+def write_jsonl(entries: Iterable[MemoryEntry], path: str | Path, meta: Any = None, *,
+                json_vectors: bool = True) -> int:
+    """Write an export line by line; `meta` (a dict, or a function giving it once every entry
+    is written) goes to `<path>.meta.json`. Vectors as lists of numbers, or (`json_vectors=False`)
+    as float32 bytes in base64 (`{"f32": ...}`: exact, a quarter of the size, and what the
+    bank stores; `read_jsonl` takes both)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
     with open(path, "w", encoding="utf-8") as fh:
         for e in entries:
-            fh.write(json.dumps(e.to_dict(), ensure_ascii=False) + "\n")
+            d = e.to_dict() if json_vectors else e.to_journal()
+            fh.write(json.dumps(d, ensure_ascii=False) + "\n")
+            n += 1
     if meta is not None:
-        write_json_atomic(path.with_name(path.name + ".meta.json"), meta)
-    return len(entries)
+        write_json_atomic(path.with_name(path.name + ".meta.json"), meta() if callable(meta) else meta)
+    return n
 
 
-def check_unique_ids(entries: list[MemoryEntry], where: str) -> None:
-    seen: set[str] = set()
-    for e in entries:
-        if e.memory_id in seen:
-            raise BankSourceError(f"{where}: memory id {e.memory_id!r} occurs twice")
-        seen.add(e.memory_id)
+class Checked:
+    """Entries as they stream past, checked (each id once, one vector size) and counted, with
+    the fingerprint of what passed (`fingerprint`)."""
+
+    def __init__(self, where: str, *, dims: bool = True) -> None:
+        self.where, self.check_dims = where, dims
+        self.n = 0
+        self.ids: set[str] = set()
+        self.dims: set[int] = set()
+        self._hash = hashlib.sha256()
+
+    def __call__(self, entries: Iterable[MemoryEntry]) -> Iterator[MemoryEntry]:
+        for e in entries:
+            if e.memory_id in self.ids:
+                raise BankSourceError(f"{self.where}: memory id {e.memory_id!r} occurs twice")
+            self.ids.add(e.memory_id)
+            if self.check_dims:
+                self.dims.add(len(e.embedding))
+                if len(self.dims) > 1:
+                    raise BankSourceError(f"{self.where}: entries have embeddings of different sizes "
+                                          f"{sorted(self.dims)}")
+            self._hash.update(_fingerprint_item(e))
+            self.n += 1
+            yield e
+
+    @property
+    def dim(self) -> int | None:
+        return next(iter(self.dims)) if self.dims else None
+
+    @property
+    def fingerprint(self) -> str:
+        return self._hash.hexdigest()[:16]
 
 
-def check_dims(entries: list[MemoryEntry], where: str) -> int | None:
+def check_unique_ids(entries: Iterable[MemoryEntry], where: str) -> None:
+    for _ in Checked(where, dims=False)(entries):
+        pass
+
+
+def check_dims(entries: Iterable[MemoryEntry], where: str) -> int | None:
     """The embedding dimension shared by every entry (None for no entries)."""
     dims = {len(e.embedding) for e in entries}
     if len(dims) > 1:
@@ -179,13 +322,12 @@ def check_dims(entries: list[MemoryEntry], where: str) -> int | None:
     return dims.pop() if dims else None
 
 
-def check_embedder(src: BankSource, entries: list[MemoryEntry], embedder: Any, where: str) -> None:
-    """The entries' keys must come from the embedder that will query them."""
+def check_embedder(src: BankSource, dim: int | None, embedder: Any, where: str) -> None:
+    """The entries' keys (of `dim` dimensions) must come from the embedder that will query them."""
     target = getattr(embedder, "model_id", None)
     if src.embedder and target and src.embedder != target:
         raise BankSourceError(f"{where}: the bank was embedded with {src.embedder!r} but this run "
                               f"embeds with {target!r}; similarities would be meaningless")
-    dim = check_dims(entries, where)
     if dim is not None and not src.embedder:  # unknown provenance: at least the size must fit
         probe = int(embedder.embed(["dimension probe"]).shape[1])
         if probe != dim:
@@ -193,25 +335,42 @@ def check_embedder(src: BankSource, entries: list[MemoryEntry], embedder: Any, w
                                   f"run's embedder gives {probe}")
 
 
-def renamed(entries: list[MemoryEntry], prefix: str, *, order_offset: int = 0,
-            extra: dict[str, Any] | None = None) -> list[MemoryEntry]:
-    """Copies with ids (and references to ids of the same set) prefixed, orders shifted."""
-    ids = {e.memory_id for e in entries}
-    out = []
+def renamed_stream(entries: Iterable[MemoryEntry], prefix: str, ids: set[str], *, order_offset: int = 0,
+                   extra: dict[str, Any] | None = None) -> Iterator[MemoryEntry]:
+    """Copies with ids (and references to `ids`, the ids of the same set) prefixed, orders shifted."""
     for e in entries:
-        d = e.to_dict()
+        d = {f: getattr(e, f) for f in MemoryEntry.__dataclass_fields__}  # the vector as it is
         d["memory_id"] = prefix + e.memory_id
         d["injected_ids"] = [prefix + i if i in ids else i for i in e.injected_ids]
         d["order"] = e.order + order_offset
         d["extra"] = {**e.extra, **(extra or {})}
-        out.append(MemoryEntry(**d))
-    return out
+        yield MemoryEntry(**d)
 
 
-def write_entries(bank: ChromaBank, entries: list[MemoryEntry]) -> int:
-    """Add entries to a bank (upsert by id: writing the same entries twice is harmless)."""
-    bank.apply(BankUpdate(add=list(entries)))
-    return len(entries)
+def renamed(entries: list[MemoryEntry], prefix: str, *, order_offset: int = 0,
+            extra: dict[str, Any] | None = None) -> list[MemoryEntry]:
+    """`renamed_stream` of a list."""
+    return list(renamed_stream(entries, prefix, {e.memory_id for e in entries}, order_offset=order_offset,
+                               extra=extra))
+
+
+_WRITE_PAGE = 500
+
+
+def write_entries(bank: ChromaBank, entries: Iterable[MemoryEntry]) -> int:
+    """Add entries to a bank, a page at a time (upsert by id: writing the same entries twice
+    is harmless)."""
+    n = 0
+    page: list[MemoryEntry] = []
+    for e in entries:
+        page.append(e)
+        if len(page) == _WRITE_PAGE:
+            bank.apply(BankUpdate(add=page))
+            n, page = n + len(page), []
+    if page:
+        bank.apply(BankUpdate(add=page))
+        n += len(page)
+    return n
 
 
 def write_meta(bank_dir: str | Path, meta: dict[str, Any]) -> None:
@@ -219,13 +378,15 @@ def write_meta(bank_dir: str | Path, meta: dict[str, Any]) -> None:
                                                    **meta})
 
 
-def fingerprint(entries: list[MemoryEntry]) -> str:
-    """A short hash of ids, Q and experiences: says whether two banks hold the same memories."""
-    import hashlib
+def _fingerprint_item(e: MemoryEntry) -> bytes:
+    return json.dumps([e.memory_id, round(e.q, 12), e.visits, e.experience]).encode()
 
+
+def fingerprint(entries: Iterable[MemoryEntry]) -> str:
+    """A short hash of ids, Q and experiences: says whether two banks hold the same memories."""
     h = hashlib.sha256()
     for e in entries:
-        h.update(json.dumps([e.memory_id, round(e.q, 12), e.visits, e.experience]).encode())
+        h.update(_fingerprint_item(e))
     return h.hexdigest()[:16]
 
 
@@ -235,34 +396,43 @@ def hnsw_meta(s: BankSettings) -> dict[str, int]:
             "max_neighbors": s.max_neighbors}
 
 
-def create_bank(out: Path, entries: list[MemoryEntry], settings: BankSettings, meta: dict[str, Any]) -> int:
-    """A new bank directory holding `entries`, with its `bank_meta.json`; refuses a directory
-    that is not empty."""
+def create_bank(out: Path, entries: Iterable[MemoryEntry], settings: BankSettings, meta: dict[str, Any]) -> int:
+    """A new bank directory holding `entries` (streamed, each id once, one vector size), with
+    its `bank_meta.json`; refuses a directory that is not empty."""
     if out.exists() and any(out.iterdir()):
         raise BankSourceError(f"{out}: exists and is not empty; choose a new directory")
+    checked = Checked(str(out))
     bank = settings.open(out)
     try:
-        write_entries(bank, entries)
+        write_entries(bank, checked(entries))
         n = bank.count()
     finally:
         bank.close()
     write_meta(out, {**meta, "collection": settings.collection, "entries": n,
-                     "fingerprint": fingerprint(entries), "hnsw": hnsw_meta(settings)})
+                     "fingerprint": checked.fingerprint, "hnsw": hnsw_meta(settings)})
     return n
 
 
-def merge_entries(parts: list[tuple[str, list[MemoryEntry]]]) -> list[MemoryEntry]:
+def merge_stream(parts: list[tuple[str, Any]]) -> Iterator[MemoryEntry]:
     """Every entry of every part, ids prefixed by the part's label, parts in order (the first
-    part's entries are the oldest)."""
-    out: list[MemoryEntry] = []
+    part's entries are the oldest). A part is a function giving its entries (called twice:
+    once for its ids, once for the entries), so nothing holds a whole bank."""
     offset = 0
     for label, entries in parts:
-        out += renamed(entries, f"{label}:", order_offset=offset, extra={"merged_from": label})
-        offset = max((e.order for e in out), default=-1) + 1
+        ids = {e.memory_id for e in entries(False)}
+        top = -1
+        for e in renamed_stream(entries(True), f"{label}:", ids, order_offset=offset,
+                                extra={"merged_from": label}):
+            top = max(top, e.order)
+            yield e
+        offset = max(offset, top + 1)
+
+
+def merge_entries(parts: list[tuple[str, list[MemoryEntry]]]) -> list[MemoryEntry]:
+    """`merge_stream` of lists, checked."""
+    out = list(merge_stream([(label, lambda _full, es=entries: iter(es)) for label, entries in parts]))
     check_unique_ids(out, "merge")
     return out
-
-
 # --------------------------------------------------------------------------- seeding
 SEED_PREFIX = "init:"
 
@@ -289,19 +459,28 @@ def seed_once(bank: ChromaBank, bank_dir: str | Path, source: str | Path, embedd
                               f"{bank.count()} entries; init_from only seeds a new run")
     src = resolve(source)
     write_json_atomic(marker, {"status": "copying", "source": src.describe()})
-    entries = read_entries(src)
     where = f"memory.bank.init_from ({src.path})"
-    check_unique_ids(entries, where)
-    check_embedder(src, entries, embedder, where)
     if init_q not in ("keep", "reset"):
         raise BankSourceError(f"memory.bank.init_q: keep | reset (got {init_q!r})")
-    seeded = renamed(entries, SEED_PREFIX, extra={"init_from": str(src.path)})
-    for e in seeded:
-        if init_q == "reset":
-            e.q, e.visits = float(q_init), 0
-        e.extra["seeded_q"] = float(e.q)  # where its utility started in this run
-    write_entries(bank, seeded)
-    facts = {"source": src.describe(), "entries": len(seeded), "fingerprint": fingerprint(entries),
+    with BankReader(src) as reader:
+        first = Checked(where)  # each id once, one vector size: checked before anything is written
+        for _ in first(reader.entries(with_embeddings=True, with_texts=False)):
+            pass
+        check_embedder(src, first.dim, embedder, where)
+
+        source = Checked(where, dims=False)  # the source's fingerprint, as its entries pass
+
+        def seeded() -> Iterator[MemoryEntry]:
+            for e in renamed_stream(source(reader.entries(with_embeddings=True)), SEED_PREFIX, first.ids,
+                                    extra={"init_from": str(src.path)}):
+                if init_q == "reset":
+                    e.q, e.visits = float(q_init), 0
+                e.extra["seeded_q"] = float(e.q)  # where its utility started in this run
+                yield e
+
+        n = write_entries(bank, seeded())
+        bank.flush()  # durable before the marker says the seeding is done
+    facts = {"source": src.describe(), "entries": n, "fingerprint": source.fingerprint,
              "id_prefix": SEED_PREFIX, "init_q": init_q,
              "seeded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if init_q == "reset":

@@ -32,7 +32,7 @@ class LearnItem:
     epoch: int
     digest: dict[str, Any] | None = None
     errored: bool = False
-    embedding: list[float] = field(default_factory=list)  # the task intent's embedding
+    embedding: Any = field(default_factory=list)  # the task intent's embedding (a float32 row)
 
 
 @dataclass
@@ -93,6 +93,16 @@ class MemoryModule(ABC):
     def plan_update(self, items: list[LearnItem]) -> BankUpdate: ...
 
     def apply(self, update: BankUpdate) -> None:
+        return None
+
+    def hold(self) -> None:
+        """What `apply` writes until `flush` need not be durable update by update: the commit
+        protocol's grouped commits (memrl.journal.commit) journal each one first, and `flush`
+        before their checkpoint. Default: nothing to do (every apply is durable)."""
+        return None
+
+    def flush(self) -> None:
+        """Make what `apply` wrote durable, and end a `hold`; default: nothing to do."""
         return None
 
     def model_probes(self, task: Task) -> list["ModelProbe"]:
@@ -169,7 +179,7 @@ class EntryMemory(MemoryModule):
 
     def _entry_key(self, it: LearnItem) -> tuple[str, list[float]]:
         """(intent text, key embedding) of the episode's new entry."""
-        vec = it.embedding if it.embedding else self.embedder.embed([it.task.intent])[0]
+        vec = it.embedding if len(it.embedding) else self.embedder.embed([it.task.intent])[0]
         return it.task.intent, [float(v) for v in vec]
 
 
@@ -194,7 +204,11 @@ class BankedMemory(EntryMemory):
     def __init__(self, settings: Any, *, bank_dir: str | Path, embedder: Any):
         self.s = settings
         self.embedder = embedder
-        self.bank = settings.bank.open(bank_dir)
+        # a run's bank (`<run>/bank`) keeps its texts in the run's memories.jsonl, which the
+        # commit log writes too: each text is stored once (memrl.memory.bank)
+        bank_dir = Path(bank_dir)
+        texts = RunDir(bank_dir.parent).memories if bank_dir.name == RunDir.BANK else None
+        self.bank = settings.bank.open(bank_dir, texts=texts)
         self.bank_facts: dict[str, Any] = {}
         if settings.bank.init_from:
             from memrl.memory.bankio import seed_once
@@ -220,6 +234,12 @@ class BankedMemory(EntryMemory):
 
     def apply(self, update: BankUpdate) -> None:
         self.bank.apply(update)  # an added id that exists is replaced (upsert)
+
+    def hold(self) -> None:
+        self.bank.hold()
+
+    def flush(self) -> None:
+        self.bank.flush()
 
     def bank_state(self, ids: list[str] | None) -> dict[str, dict[str, Any]] | None:
         entries = self.bank.iter_entries() if ids is None else self.bank.get(ids).values()
@@ -267,6 +287,12 @@ class FrozenMemory(MemoryModule):
 
     def apply(self, update: BankUpdate) -> None:
         return None
+
+    def hold(self) -> None:
+        self.inner.hold()
+
+    def flush(self) -> None:
+        self.inner.flush()
 
     def entry_count(self) -> int | None:
         return self.inner.entry_count()

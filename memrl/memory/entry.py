@@ -1,10 +1,18 @@
-"""The memory-bank entry and the batch update that a memory module plans and a bank applies."""
+"""The memory-bank entry and the batch update that a memory module plans and a bank applies.
+
+An update goes into the run's commit journal (memrl.journal.commit) before the bank is
+touched. There each new entry's vector is float32 bytes in base64 (`{"f32": ...}`): what
+the bank stores, exactly, at a sixth of the size of the same vector as JSON numbers.
+"""
 
 from __future__ import annotations
 
+import base64
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+import numpy as np
 
 
 @dataclass
@@ -14,7 +22,7 @@ class MemoryEntry:
     memory_id: str
     intent: str
     experience: str
-    embedding: list[float]
+    embedding: Any  # the key's vector: a list of floats or a float32 array ([]: not read)
     q: float = 0.0
     visits: int = 0
     success: bool = False
@@ -67,7 +75,43 @@ class MemoryEntry:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field, the vector as a list of floats (an export line); lists and dicts are
+        the entry's own, not copies."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["embedding"] = vector_list(self.embedding)
+        return d
+
+    def to_journal(self) -> dict[str, Any]:
+        """`to_dict` with the vector as float32 bytes in base64 (module doc)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["embedding"] = encode_vector(self.embedding)
+        return d
+
+    @classmethod
+    def from_journal(cls, d: dict[str, Any]) -> "MemoryEntry":
+        """An entry from `to_journal` or `to_dict` (a journal written before vectors were bytes)."""
+        return cls(**{**d, "embedding": decode_vector(d.get("embedding"))})
+
+
+def vector_list(vector: Any) -> list[float]:
+    if vector is None:
+        return []
+    if isinstance(vector, np.ndarray):
+        return vector.astype(np.float64).tolist()
+    return [float(v) for v in vector]
+
+
+def encode_vector(vector: Any) -> dict[str, str] | list[float]:
+    if vector is None or len(vector) == 0:
+        return []
+    raw = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+    return {"f32": base64.b64encode(raw).decode("ascii")}
+
+
+def decode_vector(value: Any) -> Any:
+    if isinstance(value, dict) and "f32" in value:
+        return np.frombuffer(base64.b64decode(value["f32"]), dtype=np.float32).copy()
+    return list(value or [])
 
 
 @dataclass
@@ -80,13 +124,14 @@ class BankUpdate:
     delete: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"set_fields": self.set_fields, "add": [e.to_dict() for e in self.add],
+        """The journal's form (vectors as bytes, module doc); nothing is deep-copied."""
+        return {"set_fields": self.set_fields, "add": [e.to_journal() for e in self.add],
                 "delete": self.delete}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "BankUpdate":
         return cls(set_fields=d.get("set_fields", {}),
-                   add=[MemoryEntry(**e) for e in d.get("add", [])],
+                   add=[MemoryEntry.from_journal(e) for e in d.get("add", [])],
                    delete=list(d.get("delete", [])))
 
     def is_empty(self) -> bool:

@@ -295,7 +295,7 @@ def load_run(run_dir: str | Path | RunDir) -> list[EpisodeRecord]:
     path = RunDir(run_dir).episodes
     if not path.is_file():
         raise FileNotFoundError(f"no {path.name} in {run_dir}")
-    return read_episodes(path)
+    return read_episodes(path, light=True)
 
 
 def transfer_metrics(records: list[EpisodeRecord]) -> dict[str, Any]:
@@ -317,6 +317,6 @@ def write_metrics(run_dir: str | Path | RunDir, allow_missing: bool = False,
     metrics = compute_metrics(records, allow_missing=allow_missing, zero_fail=zero_fail)
     eval_path = rd.eval_episodes
     if eval_path.is_file() and eval_path.stat().st_size:
-        metrics["transfer"] = transfer_metrics(read_episodes(eval_path))
+        metrics["transfer"] = transfer_metrics(read_episodes(eval_path, light=True))
     write_json_atomic(rd.metrics, metrics)
     return metrics

@@ -81,6 +81,9 @@ def plot_calibration(records: Sequence[EpisodeRecord], who: str, path: Path) -> 
     return path
 
 
+RUN_PLOTS = ("sr.png", "csr.png", "forgetting.png")  # every run's plots (+ q_calibration.png with memories)
+
+
 def plot_run(S: np.ndarray, records: Sequence[EpisodeRecord], who: str,
              out_dir: str | Path, zero_fail: ZeroFail = "zero") -> list[Path]:
     """The per-run plots of a run's (epochs, tasks) success matrix `S` and its records; `who`
@@ -94,12 +97,12 @@ def plot_run(S: np.ndarray, records: Sequence[EpisodeRecord], who: str,
     epochs = list(range(1, np.asarray(S).shape[0] + 1))
     paths = [
         _plot(epochs, sr_curve(S), curve_counts(S, "sr"), "success rate",
-              f"{who}\nSR per epoch ({n} tasks)", out / "sr.png"),
+              f"{who}\nSR per epoch ({n} tasks)", out / RUN_PLOTS[0]),
         _plot(epochs, csr_curve(S), curve_counts(S, "csr"), "cumulative success rate",
-              f"{who}\nCSR per epoch ({n} tasks)", out / "csr.png"),
+              f"{who}\nCSR per epoch ({n} tasks)", out / RUN_PLOTS[1]),
         _plot(epochs[1:], [math.nan if x is None else x for x in forgetting_curve(S, zero_fail)],
               curve_counts(S, "forgetting"), "forgetting rate",
-              f"{who}\nforgetting per epoch (forgotten / failed tasks)", out / "forgetting.png"),
+              f"{who}\nforgetting per epoch (forgotten / failed tasks)", out / RUN_PLOTS[2]),
     ]
     cal = plot_calibration(records, who, out / "q_calibration.png")
     return paths + ([cal] if cal else [])

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from memrl.core.records import EpisodeRecord, read_episodes
+from memrl.core.records import EpisodeRecord, iter_jsonl, read_episodes
 from memrl.core.rundir import RunDir
 from memrl.journal.banklog import BankHistory
 from memrl.metrics.compute import success_matrix
@@ -136,16 +136,31 @@ def complete_epochs(records: Sequence[EpisodeRecord], n_tasks: int = 0) -> int:
     return n
 
 
+def digested_records(path: Path) -> tuple[list[EpisodeRecord], Episodes]:
+    """A run's records without their transcripts and model calls (which tables, metrics and
+    pages never read), and the digest of its episodes taken from them first (whether two seeds
+    played the same episodes, memrl.report.replicates): one line at a time, so a run's records
+    are never all held whole."""
+    records: list[EpisodeRecord] = []
+
+    def stripped() -> Iterable[EpisodeRecord]:
+        for d in iter_jsonl(path):
+            r = EpisodeRecord.from_dict(d)
+            yield r
+            r.transcript, r.model_calls = [], []
+            records.append(r)
+
+    digest = Episodes.of(stripped())
+    return records, digest
+
+
 def load_run(path: str | Path) -> Run | None:
     """A Run, or None when the directory has no episode yet."""
     rd = RunDir(path)
     path = rd.root
     card = json.loads(rd.card.read_text(encoding="utf-8"))
-    records = read_episodes(rd.episodes)
-    evals = read_episodes(rd.eval_episodes) if rd.eval_episodes.is_file() else []
-    digest = Episodes.of(records)
-    for r in records + evals:  # the report never reads transcripts: free them
-        r.transcript = []
+    records, digest = digested_records(rd.episodes)
+    evals = read_episodes(rd.eval_episodes, light=True) if rd.eval_episodes.is_file() else []
     if not records:
         return None
     task_ids, epochs, S, notes = complete_matrix(records)

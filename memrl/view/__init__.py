@@ -1,7 +1,8 @@
 """The MemRL page of `memrl view RUN_OR_FOLDER... [--out FILE] [--task ID]` (memrl/cli/view.py):
 one self-contained HTML page (memrl/view/page.py) for every run found under the paths; with
 several runs (a sweep) the methods are overlaid. No server and no network: open the file
-in any browser. Default output: `<run>/view.html` for one run, `memrl_view.html` in the
+in any browser (for a long run, with the folder `<page>_files/` beside it, which holds the
+task panel's memory texts: memrl/view/tasks.py). Default output: `<run>/view.html` for one run, `memrl_view.html` in the
 current folder for several. plotly is a dependency (pinned in pyproject.toml).
 
 What it reads is what the report reads (memrl.report.inputs): a path that is no run, an
@@ -25,6 +26,7 @@ def write_page(paths: Sequence[str | Path], out: str | Path | None = None, *,
     from memrl.view.data import RunView
     from memrl.view.labels import assign_labels, drop_copies
     from memrl.view.page import build_page
+    from memrl.view.tasks import SideFiles
 
     found = admit(paths, include_unfinished=include_unfinished, warn=warn).runs
     runs = [RunView.load(rd) for rd in found]
@@ -38,5 +40,5 @@ def write_page(paths: Sequence[str | Path], out: str | Path | None = None, *,
         out = found[0].view if len(found) == 1 else Path("memrl_view.html")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(build_page(runs, task=task, copies=copies), encoding="utf-8")
+    out.write_text(build_page(runs, task=task, copies=copies, side=SideFiles(out)), encoding="utf-8")
     return out

@@ -2,6 +2,11 @@
 recorded: its episode records, its bank-update log (memrl.journal.banklog) and its memory texts
 (memrl.journal.memtexts). Nothing is rebuilt from the final bank; a run from before the log simply
 has no bank panels (`RunView.has_log` is false) and the page says so.
+
+Records are read without their transcripts and model calls (the page shows neither), and the
+memory texts are read only for the memories a page shows, a group of tasks at a time
+(`task_memories`), from the indexed text file: a paper-scale run never has all its texts in
+memory at once.
 """
 
 from __future__ import annotations
@@ -11,18 +16,21 @@ import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from memrl.core.records import EpisodeRecord, read_episodes
+from memrl.core.records import EpisodeRecord
 from memrl.core.rundir import RunDir
 from memrl.journal.banklog import BankHistory
-from memrl.journal.memtexts import read_texts
+from memrl.memory.textstore import TextStore
 from memrl.journal.runcard import identity, identity_label
 from memrl.metrics.compute import (calibration, csr_curve, forgetting_curve, mean_injected_q, q_bins, sr_curve,
                                    success_matrix)
 from memrl.metrics.utility import q_prospective
+
+
+_USED = ("task_id", "epoch", "batch", "q", "sim", "success", "outcome")  # one injection of a memory
 
 
 @dataclass
@@ -32,7 +40,7 @@ class RunView:
     status: str
     records: list[EpisodeRecord]
     history: BankHistory
-    texts: dict[str, dict[str, str]]
+    texts: Mapping[str, dict[str, str]] | TextStore  # hash -> {"intent", "experience"}
     config: dict[str, Any] = field(default_factory=dict)
     task_ids: list[str] = field(default_factory=list)
     epochs: list[int] = field(default_factory=list)
@@ -44,14 +52,17 @@ class RunView:
 
     @classmethod
     def load(cls, run_dir: str | RunDir) -> "RunView":
+        from memrl.report.runs import digested_records
+
         rd = RunDir(run_dir)
         card = json.loads(rd.card.read_text(encoding="utf-8"))
-        records = read_episodes(rd.episodes)
+        records, digest = digested_records(rd.episodes)  # no transcript held: a page of a long run stays small
         view = cls(rd=rd, ident=identity(card.get("config") or {}, card.get("model")),
                    status=str(card.get("status") or "?"), records=records,
-                   history=BankHistory.read(rd), texts=read_texts(rd.memories),
+                   history=BankHistory.read(rd), texts=TextStore(rd.memories, read_only=True),
                    config=card.get("config") or {},
                    card={k: v for k, v in card.items() if k != "config"})
+        view.__dict__["episodes"] = digest  # the cached property, taken while the records were read
         if records:
             view.task_ids, view.epochs, view.S = success_matrix(records, allow_missing=True)
         return view
@@ -180,19 +191,37 @@ class RunView:
         return [r for r in rows if r["n_episodes"]]
 
     # ------------------------------------------------------------------ one task's memories
-    def task_memories(self) -> dict[str, list[dict[str, Any]]]:
-        """Per task id: the memories its episodes wrote, each with its text, Q over time and
-        the episodes it was injected into (helped: the episode succeeded; hurt: it failed)."""
+    def task_memories(self, tasks: Iterable[str] | None = None, *,
+                      with_texts: bool = True) -> dict[str, list[dict[str, Any]]]:
+        """Per task id (of `tasks`, default all): the memories its episodes wrote, each with its
+        text, Q over time and the episodes it was injected into (helped: the episode succeeded;
+        hurt: it failed). The texts are read for these memories only (`with_texts=False`: none)."""
+        every = self._memories
+        ids = list(every) if tasks is None else [t for t in tasks if t in every]
+        out = {t: [{**m, "used": [dict(zip(_USED, u)) for u in m["used"]]} for m in every[t]] for t in ids}
+        for ms in out.values():
+            for m in ms:
+                for u in m["used"]:
+                    u["effect"] = "helped" if u.pop("success") else "hurt"
+        mems = [m for ms in out.values() for m in ms]
+        if with_texts:
+            self.texts_of(mems)
+        for m in mems:
+            m.pop("text", None)
+        return out
+
+    @cached_property
+    def _memories(self) -> dict[str, list[dict[str, Any]]]:
+        """`task_memories` of every task without texts (each memory's text hash in `text`, its
+        injections as `_USED` tuples)."""
         written: dict[str, list[dict[str, Any]]] = defaultdict(list)
         added = {str(a["id"]): a for line in self.history.lines for a in line.get("added") or []}
         for r in self.records:
             if r.written:
                 a = added.get(r.written, {})
-                t = self.texts.get(str(a.get("text")), {})
                 written[r.task_id].append({"id": r.written, "epoch": int(r.epoch),
-                                           "success": bool(r.success),
-                                           "kind": a.get("kind", ""),
-                                           "experience": t.get("experience"), "used": []})
+                                           "success": bool(r.success), "kind": a.get("kind", ""),
+                                           "experience": None, "text": a.get("text"), "used": []})
         by_id = {m["id"]: m for ms in written.values() for m in ms}
         traj = self.history.trajectories()
         removed = self.history.removed()
@@ -201,16 +230,26 @@ class RunView:
                 mem = by_id.get(str(m["id"]))
                 if mem is None:
                     continue
-                mem["used"].append({"task_id": r.task_id, "epoch": int(r.epoch), "batch": int(r.batch),
-                                    "q": m.get("q"), "sim": m.get("sim"),
-                                    "effect": "helped" if r.success else "hurt",
-                                    "outcome": r.outcome})
+                mem["used"].append((r.task_id, int(r.epoch), int(r.batch), m.get("q"), m.get("sim"),
+                                    bool(r.success), r.outcome))  # `_USED`: a tuple, not a dict, per injection
         for mid, mem in by_id.items():
             mem["q_path"] = [round(q, 4) for _, _, q in traj.get(mid, [])]
             mem["removed"] = list(removed[mid]) if mid in removed else None
-            mem["helped"] = sum(u["effect"] == "helped" for u in mem["used"])
-            mem["hurt"] = sum(u["effect"] == "hurt" for u in mem["used"])
+            mem["helped"] = sum(u[5] for u in mem["used"])
+            mem["hurt"] = len(mem["used"]) - mem["helped"]
         return dict(written)
+
+    def texts_of(self, memories: Iterable[dict[str, Any]]) -> None:
+        """Fill each memory's `experience` from its text hash (`text`), reading only those."""
+        memories = list(memories)
+        hashes = [str(m["text"]) for m in memories if m.get("text")]
+        if isinstance(self.texts, TextStore):
+            found = self.texts.get_many(hashes)
+        else:
+            found = {h: self.texts[h] for h in hashes if h in self.texts}
+        for m in memories:
+            t = found.get(str(m.get("text")))
+            m["experience"] = t["experience"] if t else None
 
     def summary(self) -> dict[str, Any]:
         c = self.curves()

@@ -19,7 +19,8 @@ Sections (each an element with the id given):
 - `q-calibration`: success rate by the mean Q of the injected memories, with each bin's n
   and its 95% Wilson interval;
 - `task-memories`: for a chosen task, the memories its episodes wrote and the episodes each
-  one was injected into, helped (the episode succeeded) or hurt (it failed).
+  one was injected into, helped (the episode succeeded) or hurt (it failed); inline, or for a
+  long run loaded from a folder beside the page (memrl/view/tasks.py).
 
 Each series (a method, or in a parameter sweep a method's setting, e.g. `lam=0.5`) keeps one
 colour, marker and dash on every chart, so lines that coincide stay apart; its further seeds
@@ -29,11 +30,11 @@ are drawn thinner.
 from __future__ import annotations
 
 import html
-import json
 import math
 from typing import Any, Sequence
 
 from memrl.view.data import RunView
+from memrl.view.tasks import SideFiles, task_section
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
           "#7f7f7f", "#bcbd22", "#17becf")
@@ -145,11 +146,10 @@ def _grids(runs: Sequence[RunView]) -> str:
             continue
         intents = {x.task_id: x.intent for x in r.records}
         ylabels = [f"{j + 1}. {intents.get(t, t)[:48]}" for j, t in enumerate(g["tasks"])]
-        hover = [[f"{t}<br>epoch {e}: {txt}" for e, txt in zip(g["epochs"], trow)]
-                 for t, trow in zip(g["tasks"], g["text"])]
+        # the hover names the row's task from its label: a cell carries only its outcome
         fig = go.Figure(go.Heatmap(z=g["z"], x=g["epochs"], y=ylabels, zmin=-1, zmax=1,
                                    colorscale=scale, showscale=False, xgap=2, ygap=2,
-                                   text=hover, hoverinfo="text"))
+                                   text=g["text"], hovertemplate="%{y}<br>epoch %{x}: %{text}<extra></extra>"))
         fig.update_layout(title=f"{r.label}: success per task and epoch "
                                 f"(green success, grey failure, red error)",
                           xaxis={"title": "epoch", "dtick": 1}, yaxis={"autorange": "reversed"})
@@ -235,8 +235,10 @@ def _q_distribution(runs: Sequence[RunView], styles: list[dict[str, Any]]) -> st
 
     fig = go.Figure()
     any_q = False
+    thinned = False
     for r, st in zip(runs, styles):
-        per = r.q_per_epoch()
+        per = {e: order_statistics(qs, BOX_POINTS) for e, qs in r.q_per_epoch().items()}
+        thinned = thinned or any(len(qs) > BOX_POINTS for qs in r.q_per_epoch().values())
         xs = [e for e, qs in per.items() for _ in qs]
         ys = [q for qs in per.values() for q in qs]
         if not ys:
@@ -244,9 +246,23 @@ def _q_distribution(runs: Sequence[RunView], styles: list[dict[str, Any]]) -> st
         any_q = True
         fig.add_trace(go.Box(x=xs, y=ys, name=st["name"], marker_color=st["color"],
                              boxpoints="all", jitter=0.4, pointpos=0))
-    fig.update_layout(title="Q of every memory in the bank at the end of each epoch",
+    fig.update_layout(title="Q of every memory in the bank at the end of each epoch"
+                            + (f" (past {BOX_POINTS} memories: {BOX_POINTS} evenly spaced order statistics)"
+                               if thinned else ""),
                       boxmode="group", xaxis={"title": "epoch", "dtick": 1}, yaxis={"title": "Q"})
     return _div(fig, "q-distribution-plot", 400) if any_q else _note("no bank Q recorded")
+
+
+BOX_POINTS = 2000  # Q values drawn per run and epoch: past it, evenly spaced order statistics
+
+
+def order_statistics(values: Sequence[float], n: int) -> list[float]:
+    """`values` sorted, or past `n` of them the `n` at evenly spaced ranks (the least and the
+    greatest kept), so a box's quartiles move by at most one rank step."""
+    v = sorted(values)
+    if len(v) <= n:
+        return v
+    return [v[round(i * (len(v) - 1) / (n - 1))] for i in range(n)]
 
 
 def _calibration(runs: Sequence[RunView], styles: list[dict[str, Any]]) -> str:
@@ -273,69 +289,6 @@ def _calibration(runs: Sequence[RunView], styles: list[dict[str, Any]]) -> str:
                       xaxis={"title": "mean Q of the injected memories (bin centre)"},
                       yaxis={"title": "episode success rate", "range": [-0.05, 1.05]})
     return _div(fig, "q-calibration-plot", 420) if shown else _note("no episode had memories injected")
-
-
-TASK_JS = """
-(function () {
-  const data = JSON.parse(document.getElementById('task-data').textContent);
-  const runSel = document.getElementById('task-run');
-  const taskSel = document.getElementById('task-select');
-  const out = document.getElementById('task-table');
-  function esc(s) { const d = document.createElement('div'); d.textContent = String(s); return d.innerHTML; }
-  function fillTasks() {
-    const run = data.runs[runSel.value];
-    taskSel.innerHTML = run.tasks.map(t => '<option value="' + esc(t.id) + '">' + esc(t.label) + '</option>').join('');
-    if (run.tasks.some(t => t.id === data.chosen)) taskSel.value = data.chosen;
-    render();
-  }
-  function render() {
-    const run = data.runs[runSel.value];
-    const mems = run.memories[taskSel.value] || [];
-    if (!mems.length) { out.innerHTML = '<p class="note">this task wrote no memory in this run</p>'; return; }
-    let h = '<table class="mem"><thead><tr><th>memory</th><th>written</th><th>Q over time</th>' +
-            '<th>helped</th><th>hurt</th><th>injected into</th><th>text</th></tr></thead><tbody>';
-    for (const m of mems) {
-      const used = m.used.map(u => '<span class="' + u.effect + '">' + esc(u.effect) + ': ' +
-        esc(u.task_label) + ' e' + u.epoch + ' (Q ' + (u.q === null ? '?' : u.q.toFixed(3)) + ')</span>').join('<br>');
-      h += '<tr class="memrow"><td>' + esc(m.id) +
-           (m.removed ? '<br><i>removed in epoch ' + m.removed[0] + '</i>' : '') +
-           '</td><td>epoch ' + m.epoch + ', ' + (m.success ? 'success' : 'failure') +
-           (m.kind ? ', ' + esc(m.kind) : '') +
-           '</td><td>' + esc(m.q_path.join(' → ')) + '</td><td>' + m.helped + '</td><td>' + m.hurt +
-           '</td><td>' + (used || '<i>never injected</i>') + '</td><td><pre>' +
-           esc(m.experience === null || m.experience === undefined ? '(text not recorded)' : m.experience) +
-           '</pre></td></tr>';
-    }
-    out.innerHTML = h + '</tbody></table>';
-  }
-  runSel.addEventListener('change', fillTasks);
-  taskSel.addEventListener('change', render);
-  fillTasks();
-})();
-"""
-
-
-def _task_section(runs: Sequence[RunView], chosen: str | None) -> str:
-    payload: dict[str, Any] = {"runs": [], "chosen": chosen}
-    for r in runs:
-        intents = {x.task_id: x.intent for x in r.records}
-        labels = {t: f"{j + 1}. {intents.get(t, t)}" for j, t in enumerate(r.task_ids)}
-        mems = r.task_memories()
-        for ms in mems.values():
-            for m in ms:
-                for u in m["used"]:
-                    u["task_label"] = labels.get(u["task_id"], u["task_id"])
-        payload["runs"].append({"label": r.label, "memories": mems,
-                                "tasks": [{"id": t, "label": labels[t]} for t in r.task_ids]})
-    if payload["chosen"] is None and runs and runs[0].task_ids:
-        payload["chosen"] = runs[0].task_ids[0]
-    blob = json.dumps(payload, ensure_ascii=False).replace("</", "<\\/")
-    options = "".join(f'<option value="{i}">{html.escape(r.label)}</option>' for i, r in enumerate(runs))
-    return (f'<label>run <select id="task-run">{options}</select></label> '
-            f'<label>task <select id="task-select"></select></label>'
-            f'<div id="task-table"></div>'
-            f'<script type="application/json" id="task-data">{blob}</script>'
-            f"<script>{TASK_JS}</script>")
 
 
 CSS = """
@@ -374,9 +327,10 @@ def _notes(runs: Sequence[RunView], copies: Sequence[Any]) -> str:
 
 
 def build_page(runs: Sequence[RunView], *, task: str | None = None, title: str | None = None,
-               copies: Sequence[Any] = ()) -> str:
+               copies: Sequence[Any] = (), side: SideFiles | None = None) -> str:
     """The page's HTML for these runs (`copies`: the runs left out as copies of another seed's,
-    memrl.view.labels.drop_copies)."""
+    memrl.view.labels.drop_copies; `side`: where the task panel's data may go when it is too
+    large to be inline; None: always inline)."""
     from plotly.offline import get_plotlyjs
 
     from memrl.journal.runcard import identity_label
@@ -393,7 +347,7 @@ def build_page(runs: Sequence[RunView], *, task: str | None = None, title: str |
         "q-distribution": ("Q distribution per epoch", _q_distribution(runs, styles)),
         "q-calibration": ("Q calibration", _calibration(runs, styles)),
         "task-memories": ("One task's memories: which episodes they helped or hurt",
-                          _task_section(runs, task)),
+                          task_section(runs, task, side)),
     }
     body = "".join(f'<section id="{sid}"><h2>{html.escape(h)}</h2>{content}</section>'
                    for sid, (h, content) in sections.items())
