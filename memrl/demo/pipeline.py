@@ -31,7 +31,6 @@ finished runs (and every model answer comes from the response cache).
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -224,13 +223,6 @@ def min_discordant(alpha: float = ALPHA) -> int:
     return b
 
 
-def power(n: int, p: float, alpha: float = ALPHA) -> float:
-    """P(exact McNemar p < alpha) when the other method solves nothing and memory solves each
-    of n games independently with probability p (then every solved game is discordant)."""
-    need = min_discordant(alpha)
-    return sum(math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(need, n + 1))
-
-
 def predicted_power(teacher: dict[str, Any], cap: int, ties: str, order: str, k2: int, epochs: int,
                     seed: int = 0) -> dict[str, Any]:
     """The power of MemRL against RAG on these games, from the games and the student model alone
@@ -292,7 +284,7 @@ def analyse(out: Path, teacher_dir: Path, dirs: dict[str, Path], order: str = "h
                  if REFERENCE in dirs and "rag" in dirs else None)
     return DemoResult(
         power={"fits": fits, "max_steps": cap, "needed": min_discordant(),
-               "by_p": {str(p): power(fits, p) for p in (0.5, 0.7, 0.9)}, "predicted": predicted},
+               "predicted": predicted},
         condition=condition,
         out=out, games=sorted(teacher), model=str(card.get("model")),
         teacher={"games": len(teacher), "solved": sum(t.success for t in teacher.values()),
