@@ -213,7 +213,45 @@ def test_times(results: Path) -> str:
     return "Measured with `.ci/run` on a fresh clone, 2 cores (results/test_times/):\n\n" + "\n".join(lines) + "\n"
 
 
+def _fig(x: dict[str, Any]) -> str:
+    return f"{x['wall_s']:.0f} s, {x['peak_rss_mb']:.0f} MB"
+
+
+def scale(results: Path) -> str:
+    """The paper-scale benchmark before and after issue 34's changes, at its two sizes and
+    extrapolated to the paper's ALFWorld run (results/bench_scale/{before,after}.json)."""
+    runs = {w: _json(results / "bench_scale" / f"{w}.json") for w in ("before", "after")}
+    cols = []
+    for w, d in runs.items():
+        for r in d["results"]:
+            cols.append((f"{w}, {r['episodes']:,} ep", r, r["tools"], r["reopen"]))
+        x = d["extrapolated"]
+        cols.append((f"{w}, {x['episodes']:,} ep (extrapolated)", None, x["tools"], x["reopen"]))
+    tools = list(runs["after"]["results"][0]["tools"])
+    head = "| | " + " | ".join(c[0] for c in cols) + " |\n|---|" + "---|" * len(cols) + "\n"
+    rows = []
+    per_ep = ["harness CPU ms / episode"]
+    disk = ["disk beyond the record, B / episode"]
+    for name, r, _, _ in cols:
+        if r is None:
+            d = runs[name.split(",")[0]]["extrapolated"]
+            per_ep.append(f"{d['harness_ms_per_episode_marginal']['cpu']:.1f} (marginal)")
+            disk.append(f"{d['beyond_record_per_episode']:,.0f}")
+        else:
+            per_ep.append(f"{r['harness_ms_per_episode']['cpu']:.1f}")
+            disk.append(f"{r['beyond_record_per_episode']:,.0f}")
+    rows += [per_ep, disk, ["reopen (wall, peak RSS)"] + [_fig(c[3]) for c in cols]]
+    for t in tools:
+        rows.append([f"`{t}` (wall, peak RSS)"] + [_fig(c[2][t]) for c in cols])
+    rows.append(["view page MB (+ side files)"] + [f"{c[2]['view']['page_bytes'] / 1e6:.1f} + "
+                                                   f"{c[2]['view'].get('side_bytes', 0) / 1e6:.1f}" for c in cols])
+    notes = "; ".join(f"{w}: commit {d['commit'][:7]}, load {d['results'][0]['load'][0]:.1f} to "
+                      f"{d['results'][-1]['load'][1]:.1f}" for w, d in runs.items())
+    return head + "\n".join("| " + " | ".join(r) + " |" for r in rows) + f"\n\n({notes}.)\n"
+
+
 RENDERERS: dict[str, Callable[[Path], str]] = {
+    "scale": scale,
     "test-times": test_times,
     "first-run": first_run,
     "demo": demo,
