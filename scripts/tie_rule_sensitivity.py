@@ -34,8 +34,8 @@ def _copy_run(run_dir: Path, dest: Path) -> None:
 
     rd = RunDir(run_dir)
     dest.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(rd.card, dest / "run_card.json")
-    shutil.copyfile(rd.metrics, dest / "metrics.json")
+    shutil.copyfile(rd.card, dest / rd.card.name)
+    shutil.copyfile(rd.metrics, dest / rd.metrics.name)
     with open(rd.episodes, "rb") as src, gzip.GzipFile(dest / "episodes.jsonl.gz", "wb", mtime=0) as dst:
         shutil.copyfileobj(src, dst)
 

@@ -31,7 +31,12 @@ GENERIC_PURPOSE = "probe"  # the one-word question of a model no probe names
 
 
 class PreflightError(ConfigError):
-    """A model the run needs cannot be used as configured; nothing was run."""
+    """A model the run needs cannot be used as configured; nothing was run. `rows` are the
+    calls the preflight made (their answers, problems and prices), for the run card."""
+
+    def __init__(self, message: str, rows: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.rows = rows or []
 
 
 def run_clients(llm: LLMClient | None, envs: Iterable[Any]) -> dict[str, LLMClient]:
@@ -193,7 +198,8 @@ def preflight(clients: Mapping[str, LLMClient], probes: Sequence[ModelProbe] = (
     if bad and refuse:
         raise PreflightError("; ".join(
             f"{r.role} ({r.model}): the preflight's {r.purpose} call: {r.problem}" for r in bad) +
-            "; fix it (the key, the model settings, the budget), then run the same command again")
+            "; fix it (the key, the model settings, the budget), then run the same command again",
+            rows=out.rows())
     for role, client in clients.items():
         out.identities[role] = identity(client)
     return out

@@ -93,9 +93,19 @@ def execute(cfg: DictConfig, run_dir: Path | RunDir) -> dict[str, Any]:
             finally:
                 signals.restore()
     except ConfigError:
-        if new and not rd.episodes.exists():  # refused before anything was played: leave nothing
+        if new and not rd.episodes.exists() and not models_called(rd):  # refused before any call: leave nothing
             remove_launch(rd, before)
         raise
+
+
+def models_called(rd: RunDir) -> bool:
+    """Whether a session on the run card reached the preflight: its calls were made (and may
+    have cost money), so the card that records them is kept."""
+    try:
+        data = json.loads(rd.card.read_text())
+    except (OSError, ValueError):
+        return False
+    return any(isinstance(s, dict) and "preflight" in s for s in data.get("sessions") or [])
 
 
 def remove_launch(rd: RunDir, before: set[Path]) -> None:
@@ -159,7 +169,7 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
              tripwire: Tripwire, signals: StopSignals) -> dict[str, Any]:
     from memrl.control.budget import Budget, BudgetMeter
     from memrl.control.forewarn import seed_effects
-    from memrl.control.preflight import check_keys, preflight, run_clients
+    from memrl.control.preflight import PreflightError, check_keys, preflight, run_clients
     from memrl.control.runner import Runner
     from memrl.control.tracking import make_epoch_logger
     from memrl.control.wiring import wire
@@ -214,7 +224,11 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
         first = tasks[0]
         episode = objs.llm.episode("preflight", None) if objs.llm is not None else None
         probes = [*objs.env.model_probes(first, episode), *objs.memory.model_probes(first)]
-        checked = preflight(clients, probes, objs.embedder)
+        try:
+            checked = preflight(clients, probes, objs.embedder)
+        except PreflightError as exc:  # the calls it made stay on the card, with what they cost
+            session["preflight"] = exc.rows
+            raise
         session["preflight"] = checked.rows()
         card.check_models(checked.identities)
 

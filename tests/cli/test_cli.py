@@ -58,7 +58,7 @@ def test_memrl_run_resume_rules_and_tools(tmp_path, capsys):
 
     assert memrl_main(["metrics", str(rd), "--no-plots"]) == 0
     brief = capsys.readouterr().out
-    assert "SR per epoch: 1:" in brief and "Last " in brief and "metrics.json" in brief and len(brief.splitlines()) < 10
+    assert "SR per epoch: 1:" in brief and "Last " in brief and RunDir.METRICS in brief and len(brief.splitlines()) < 10
     assert memrl_main(["metrics", str(rd), "--no-plots", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["epochs"] == 2
     assert memrl_main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "rep"), "--n-boot", "50"]) == 0

@@ -240,7 +240,7 @@ def test_the_plan_of_alfworld_paper_runs_and_its_tokens_are_within_25_percent_of
                    TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True", NO_PROXY="127.0.0.1,localhost",
                    ALFWORLD_DATA=str(ALFWORLD), **KEYS)
     plan_file = tmp_path / "plan.json"
-    planned = subprocess.run([sys.executable, "-m", "memrl.cli", "plan", "--pilot-tasks", "2", "--pilot-dir",
+    planned = subprocess.run([sys.executable, "-m", "memrl.cli", "plan", "--yes", "--pilot-tasks", "2", "--pilot-dir",
                               str(tmp_path / "pilots"), "--json", str(plan_file), *args],
                              env=environ, capture_output=True, text=True, timeout=1200, cwd=ROOT)
     assert planned.returncode == 0, planned.stderr[-3000:]

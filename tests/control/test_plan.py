@@ -80,7 +80,7 @@ def test_the_plan_matches_the_run_it_plans(tmp_path) -> None:
                      "llm=openai_compatible", "llm.model=openai/fault", f"llm.api_base={server.api_base}",
                      f"llm.api_key_env={KEY_ENV}", "env.max_tasks=8", "env.max_steps=8",
                      "runner.epochs=3", "runner.batch_size=2"]
-        plan = subprocess.run([sys.executable, "-m", "memrl.cli", "plan", "--pilot-tasks", "3",
+        plan = subprocess.run([sys.executable, "-m", "memrl.cli", "plan", "--yes", "--pilot-tasks", "3",
                                "--pilot-dir", str(tmp_path / "pilots"), "--json", str(tmp_path / "plan.json"),
                                *overrides], env=env, capture_output=True, text=True, timeout=600)
         assert plan.returncode == 0, plan.stderr[-3000:]
