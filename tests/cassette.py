@@ -96,6 +96,7 @@ class Cassette:
         self.loaded = 0
 
     def start(self) -> Path:
+        self.cache_dir.mkdir(parents=True, exist_ok=True)  # the test's cache, cassette or none
         self.loaded = load(self.name, self.cache_dir)
         return self.cache_dir
 
