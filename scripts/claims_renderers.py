@@ -250,7 +250,24 @@ def scale(results: Path) -> str:
     return head + "\n".join("| " + " | ".join(r) + " |" for r in rows) + f"\n\n({notes}.)\n"
 
 
+def socket_flood(results: Path) -> str:
+    """The socket_flood case without and with the socket-buffer cap, per sandbox mode
+    (results/sandbox_issue32/{socket_flood_uncapped,conformance}.json)."""
+    folder = results / "sandbox_issue32"
+    files = {"no cap (before issue 32)": "socket_flood_uncapped.json", "`Limits.tcp_mb` set": "conformance.json"}
+    lines = ["| | mode | host TCP memory rise | host UDP memory rise | sandbox cgroup memory peak |",
+             "|---|---|---|---|---|"]
+    for label, name in files.items():
+        data = _json(folder / name)
+        for key in sorted(k for k in data if k.endswith("/socket_flood")):
+            r = data[key]
+            lines.append(f"| {label} | {key.split('/')[0]} | +{r['host_tcp_memory_rise_mb']:.1f} MB | "
+                         f"+{r['host_udp_memory_rise_mb']:.1f} MB | {r['cgroup_memory_peak_mb']:.1f} MB |")
+    return "\n".join(lines) + f"\n\n(host `/proc/net/sockstat`, sampled from the host; results/{folder.name}/)\n"
+
+
 RENDERERS: dict[str, Callable[[Path], str]] = {
+    "socket-flood": socket_flood,
     "scale": scale,
     "test-times": test_times,
     "first-run": first_run,

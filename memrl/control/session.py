@@ -16,8 +16,9 @@ import shutil
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
@@ -165,20 +166,37 @@ def _committed(rd: RunDir) -> tuple[int, int]:
         return n, 0
 
 
+@dataclass
+class Opened:
+    """What a session works with once the run is open: the wired objects, the model clients by
+    config key, the tasks, the run card, and the meters of this session."""
+
+    objs: Any
+    clients: dict[str, Any]
+    tasks: list[Any]
+    eval_tasks: list[Any] | None
+    card: RunCard
+    tally: Any
+    was_finished: bool  # a relaunch of a finished run (nothing left to play)
+    session: dict[str, Any] = field(default_factory=dict)
+    budget: Any = None
+    meter: Any = None
+
+
 def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: "RunCard | None",
              tripwire: Tripwire, signals: StopSignals) -> dict[str, Any]:
-    from memrl.control.budget import Budget, BudgetMeter
+    run = open_run(v, config, rd, card, tripwire)
+    start_session(v, run)
+    return play(v, config, rd, run, tripwire, signals)
+
+
+def open_run(v: Any, config: dict[str, Any], rd: RunDir, card: "RunCard | None", tripwire: Tripwire) -> Opened:
+    """Wire the objects, check the keys, list the tasks, set the memory up, and create (or
+    check) the run card with the start's warnings."""
     from memrl.control.forewarn import seed_effects
-    from memrl.control.preflight import PreflightError, check_keys, preflight, run_clients
-    from memrl.control.runner import Runner
-    from memrl.control.tracking import make_epoch_logger
+    from memrl.control.preflight import check_keys, run_clients
     from memrl.control.wiring import wire
-    from memrl.core.storage import writing
     from memrl.llm import faults
-    from memrl.llm.bill import sessions_spend
-    from memrl.metrics.compute import compute_metrics, load_run, write_metrics
-    from memrl.metrics.degenerate import record_warnings
-    from memrl.report.plots import write_run_plots
 
     with env_errors():
         objs = wire(v, rd.root)
@@ -205,33 +223,53 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
         log.warning("%s", w)
     card.record_skipped([*objs.env.data_skipped(),
                          *(objs.eval_env.data_skipped() if objs.eval_env is not None else [])])
-    was_finished = card.status == FINISHED  # a relaunch of a finished run (nothing left to play)
-    session = card.start_session(sys.argv[1:])
-    session["sandbox"] = objs.env.sandbox_facts()  # caps held / missing (memrl/env/base.py)
-    logger = make_epoch_logger(v.logger, run_dir=rd.root, config=config)
-    zero_fail = v.metrics.forgetting_zero_fail  # how metrics.json reads an epoch with no failure
-    budget = Budget(usd=v.llm.budget_usd, tokens=v.llm.budget_tokens)
-    billed = [objs.embedder] if callable(getattr(objs.embedder, "totals", None)) else []
+    return Opened(objs, clients, tasks, eval_tasks, card, tally, was_finished=card.status == FINISHED)
+
+
+def start_session(v: Any, run: Opened) -> None:
+    """The card's new session (its sandbox facts and model profiles) and the budget meter,
+    which counts what earlier sessions spent."""
+    from memrl.control.budget import Budget, BudgetMeter
+    from memrl.llm.bill import sessions_spend
+
+    run.session = run.card.start_session(sys.argv[1:])
+    run.session["sandbox"] = run.objs.env.sandbox_facts()  # caps held / missing (memrl/env/base.py)
+    run.budget = Budget(usd=v.llm.budget_usd, tokens=v.llm.budget_tokens)
+    billed = [run.objs.embedder] if callable(getattr(run.objs.embedder, "totals", None)) else []
+
     def paying() -> list[Any]:  # every model that bills
-        return [*clients.values(), *billed]
+        return [*run.clients.values(), *billed]
 
-    meter = BudgetMeter(budget, clients=paying, prior=sessions_spend(card.sessions))
-    warn_unpriced(clients, budget)
-    card.record_profiles(session, {role: c.profile.describe() for role, c in clients.items()})
+    run.meter = BudgetMeter(run.budget, clients=paying, prior=sessions_spend(run.card.sessions))
+    warn_unpriced(run.clients, run.budget)
+    run.card.record_profiles(run.session, {role: c.profile.describe() for role, c in run.clients.items()})
 
-    def start() -> None:
-        """Before the first batch: the preflight (one call per purpose) and the model check."""
-        first = tasks[0]
-        episode = objs.llm.episode("preflight", None) if objs.llm is not None else None
-        probes = [*objs.env.model_probes(first, episode), *objs.memory.model_probes(first)]
-        try:
-            checked = preflight(clients, probes, objs.embedder)
-        except PreflightError as exc:  # the calls it made stay on the card, with what they cost
-            session["preflight"] = exc.rows
-            raise
-        session["preflight"] = checked.rows()
-        card.check_models(checked.identities)
 
+def preflight_once(run: Opened) -> None:
+    """Before the first batch: the preflight (one call per purpose) and the model check. The
+    calls it made stay on the card, with what they cost, whether it passes or refuses."""
+    from memrl.control.preflight import PreflightError, preflight
+
+    objs, first = run.objs, run.tasks[0]
+    episode = objs.llm.episode("preflight", None) if objs.llm is not None else None
+    probes = [*objs.env.model_probes(first, episode), *objs.memory.model_probes(first)]
+    try:
+        checked = preflight(run.clients, probes, objs.embedder)
+    except PreflightError as exc:
+        run.session["preflight"] = exc.rows
+        raise
+    run.session["preflight"] = checked.rows()
+    run.card.check_models(checked.identities)
+
+
+def epoch_reporter(v: Any, config: dict[str, Any], rd: RunDir, logger: Any) -> Callable[[int], None]:
+    """What runs at each epoch's end: metrics.json (if asked), each new warning the records
+    show once, and the epoch logger."""
+    from memrl.core.storage import writing
+    from memrl.metrics.compute import compute_metrics, load_run, write_metrics
+    from memrl.metrics.degenerate import record_warnings
+
+    zero_fail = v.metrics.forgetting_zero_fail  # how metrics.json reads an epoch with no failure
     said: set[str] = set()
 
     def epoch_end(epoch: int) -> None:
@@ -244,15 +282,32 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
         if logger.active:
             logger.log_epoch(metrics or compute_metrics(load_run(rd), zero_fail=zero_fail), epoch)
 
-    gate = Gate(max_error_rate=v.runner.max_error_rate, tripwire=tripwire, budget=meter,
-                signals=signals, on_start=start)
+    return epoch_end
+
+
+def play(v: Any, config: dict[str, Any], rd: RunDir, run: Opened, tripwire: Tripwire,
+         signals: StopSignals) -> dict[str, Any]:
+    """Run the epochs under the session's stop rules, write the metrics and plots, and close
+    the card's session with how it ended (whatever ended it)."""
+    from memrl.control.runner import Runner
+    from memrl.control.tracking import make_epoch_logger
+    from memrl.core.storage import writing
+    from memrl.metrics.compute import write_metrics
+    from memrl.report.plots import write_run_plots
+
+    objs = run.objs
+    logger = make_epoch_logger(v.logger, run_dir=rd.root, config=config)
+    zero_fail = v.metrics.forgetting_zero_fail
+    gate = Gate(max_error_rate=v.runner.max_error_rate, tripwire=tripwire, budget=run.meter,
+                signals=signals, on_start=lambda: preflight_once(run))
     runner = Runner(rd, env=objs.env, memory=objs.memory, llm=objs.llm, settings=v.runner,
-                    seed=v.seed, embed_intents=objs.embedder.embed, on_epoch_end=epoch_end, gate=gate)
+                    seed=v.seed, embed_intents=objs.embedder.embed,
+                    on_epoch_end=epoch_reporter(v, config, rd, logger), gate=gate)
     status, error = FAILED, None
     freeze_startup_heap()
     try:
-        runner.run(tasks, eval_tasks)
-        unchanged = was_finished and runner.commits == 0
+        runner.run(run.tasks, run.eval_tasks)
+        unchanged = run.was_finished and runner.commits == 0
         # before the logger ends (it logs the plots), and before the run is called finished
         with writing(rd.metrics, "the metrics"):
             metrics = kept_metrics(rd, zero_fail) if unchanged else None
@@ -272,8 +327,7 @@ def _execute(cfg: DictConfig, v: Any, config: dict[str, Any], rd: RunDir, card: 
     finally:
         gc.unfreeze()  # a multirun's next job in this process may collect this one's objects
         try:
-            _close_session(card, session, status, error, objs, tally, meter, budget, clients,
-                           recount=not (was_finished and runner.commits == 0))
+            _close_session(run, status, error, recount=not (run.was_finished and runner.commits == 0))
         finally:
             logger.finish(status)
             objs.env.close()
@@ -354,13 +408,12 @@ def kept_metrics(rd: RunDir, zero_fail: str) -> dict[str, Any] | None:
     return metrics
 
 
-def _close_session(card: RunCard, session: dict[str, Any], status: str, error: str | None,
-                   objs: Any, tally: Any, meter: Any, budget: Any, clients: dict[str, Any], *,
-                   recount: bool = True) -> None:
+def _close_session(run: Opened, status: str, error: str | None, *, recount: bool = True) -> None:
     """Write the session's end into the run card. If the card cannot be written (the disk
     that stopped the run is full), a run stopping for another reason reports that reason,
     not the card's failure; a finished run reports the card."""
-    session["models"] = model_totals(clients, objs.embedder)
+    card, session, objs = run.card, run.session, run.objs
+    session["models"] = model_totals(run.clients, objs.embedder)
     try:  # what the episodes showed of the method (memrl.metrics.degenerate); never raises here
         from memrl.metrics.compute import load_run
         from memrl.metrics.degenerate import record_warnings
@@ -371,8 +424,8 @@ def _close_session(card: RunCard, session: dict[str, Any], status: str, error: s
     error = None if error is None else safe_str(error)  # the card is written whatever the message holds
     try:
         card.end_session(session, status, llm=objs.llm.totals() if objs.llm else {},
-                         faults=tally.counts() if tally is not None else {},
-                         spend=meter.session().to_dict(), budget=budget.to_dict(), error=error,
+                         faults=run.tally.counts() if run.tally is not None else {},
+                         spend=run.meter.session().to_dict(), budget=run.budget.to_dict(), error=error,
                          recount=recount)
     except (OSError, StorageError) as exc:
         if status == FINISHED:

@@ -35,12 +35,11 @@ from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.entrystore import FILE as ENTRIES_FILE
 from memrl.memory.entrystore import LAYOUT, EntryStore, Row, key_id, row_of
 from memrl.memory.retrieval import TIE_TOL, BankTies, key_similarities, phase_a, tie_precedence
-from memrl.memory.textstore import TextStore
+from memrl.memory.textstore import TEXTS_FILE, TextStore
 
 _ADD_BATCH = 5000  # Chroma's maximum batch is 5,461
 _PAGE = 500  # entries read at a time (their texts and vectors with them)
 _VECTOR_CACHE = 4096  # key vectors kept once read (a key's id names its vector: never stale)
-TEXTS_FILE = "memories.jsonl"  # a standalone bank's texts (a run's bank uses the run's file)
 KEYS_SUFFIX = "-keys"  # the Chroma collection of a bank's key vectors: <collection>-keys
 SERVER_CLAIM = "server.json"  # in a run's bank dir when its bank lives in a Chroma server
 

@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.entrystore import FILE, LAYOUT, EntryStore
-from memrl.memory.textstore import TextStore
-
-if TYPE_CHECKING:
-    from memrl.memory.bank import ChromaBank
+from memrl.memory.textstore import TEXTS_FILE, TextStore
 
 _PAGE = 1000
 
@@ -58,11 +55,10 @@ def hnsw_of(col: Any) -> dict[str, Any]:
     return {k: conf[k] for k in ("space", "ef_search", "ef_construction", "max_neighbors") if k in conf}
 
 
-def convert(bank: "ChromaBank", texts: str | Path | None) -> None:
-    """Rewrite `bank`'s old collection in the current layout (module doc). Uses the bank's
-    own `apply`, so entries, keys and texts are written exactly as a run writes them."""
-    from memrl.memory.bank import TEXTS_FILE
-
+def convert(bank: Any, texts: str | Path | None) -> None:
+    """Rewrite `bank`'s old collection in the current layout (module doc). Uses the bank's own
+    `apply`, so entries, keys and texts are written exactly as a run writes them. `bank` is the
+    memrl.memory.bank.ChromaBank that calls this (typed loosely: the modules import one way)."""
     old = bank.client.get_collection(bank.name, embedding_function=None)
     bank.hnsw = {**bank.hnsw, **hnsw_of(old)}
     if bank.keys_name in {c.name for c in bank.client.list_collections()}:

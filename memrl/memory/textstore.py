@@ -30,6 +30,8 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from memrl.core.records import HASH_CHARS
 
+TEXTS_FILE = "memories.jsonl"  # a standalone bank's texts (a run's bank uses the run's file)
+
 _REC = struct.Struct(f"<{HASH_CHARS}sQQ")  # hash, offset, length (the newline included)
 _CHUNK = 1 << 20
 
