@@ -194,7 +194,8 @@ def demo(results: Path) -> str:
     fin = res["across_epochs"]["final"]
     verdict = "significant" if fin["mcnemar_p"] < 0.05 else "not significant"
     pred = (res.get("power") or {}).get("predicted") or {}
-    return (f"Last run on the development machine's 2 cores (results/demo_alfworld_gemma270m/): {wall:.0f} s; "
+    return (f"Last run (results/demo_alfworld_gemma270m/): {wall:.0f} s wall on the development machine's 2 cores "
+            f"(a record, not a benchmark: other work may have shared them); "
             f"{n} games ({cond['split']}), ties {cond['ties']}, {cond['k2']} memory shown, {cond['epochs']} epochs. "
             f"Games solved per epoch: {solved}. Final epoch, MemRL against RAG: b = {fin['a_only']}, "
             f"c = {fin['b_only']}, exact p = {_p(fin['mcnemar_p'])} ({verdict} at α 0.05; power predicted "
