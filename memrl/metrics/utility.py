@@ -92,13 +92,20 @@ def q_success(records: Sequence[EpisodeRecord], seed: int = 0) -> dict[str, Any]
             "spearman_ci": _interval(_spearman, x, y, seed + 1) if len(x) >= 3 else None}
 
 
-def _auc(x: np.ndarray, y: np.ndarray) -> float | None:
+def _auc(x: np.ndarray, y: np.ndarray, codes: tuple[np.ndarray, int] | None = None) -> float | None:
     """P(a success's value > a failure's value), ties counting half (Mann-Whitney); None when
-    one class is empty."""
+    one class is empty. `codes`: each value's index among the sorted distinct values of a
+    larger sample `x` was drawn from, and their number; the ranks then come from counts, with
+    no sort (the same numbers as `_ranks`: a value absent from `x` counts zero)."""
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     if n_pos == 0 or n_neg == 0:
         return None
-    ranks = _ranks(x) + 1.0
+    if codes is None:
+        ranks = _ranks(x) + 1.0
+    else:
+        code, n_distinct = codes
+        counts = np.bincount(code, minlength=n_distinct)
+        ranks = ((np.cumsum(counts) - counts) + (counts - 1) / 2.0)[code] + 1.0
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
@@ -113,14 +120,24 @@ def q_prospective(records: Sequence[EpisodeRecord], seed: int = 0) -> dict[str, 
             x_by_ep.append(np.array(qs))
             ok_by_ep.append(bool(r.success))
 
-    def flat(pick: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        if not len(pick):
-            return np.array([]), np.array([], dtype=bool)
-        x = np.concatenate([x_by_ep[i] for i in pick])
-        y = np.concatenate([np.full(x_by_ep[i].size, ok_by_ep[i]) for i in pick])
-        return x, y
+    lens = np.array([a.size for a in x_by_ep], dtype=np.int64)
+    starts = np.cumsum(lens) - lens  # where each episode's injections begin in `every`
+    every = np.concatenate(x_by_ep) if x_by_ep else np.array([])
+    oks = np.array(ok_by_ep, dtype=bool)
 
-    x, y = flat(range(len(x_by_ep)))
+    distinct, code = np.unique(every, return_inverse=True)
+
+    def flat(pick: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The injections of the picked episodes, in pick order (one gather, no Python loop),
+        and where each is in `every`."""
+        pick = np.asarray(pick, dtype=np.int64)
+        if not pick.size:
+            return np.array([]), np.array([], dtype=bool), np.array([], dtype=np.int64)
+        n = lens[pick]
+        at = np.repeat(starts[pick] - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+        return every[at], np.repeat(oks[pick], n), at
+
+    x, y, _ = flat(np.arange(len(x_by_ep)))
     out: dict[str, Any] = {"episodes": len(x_by_ep), "injections": int(x.size),
                            "successes": int(y.sum()), "distinct_q": int(np.unique(x).size),
                            "point_biserial": _pearson(x, y.astype(float)) if x.size else None,
@@ -130,9 +147,9 @@ def q_prospective(records: Sequence[EpisodeRecord], seed: int = 0) -> dict[str, 
         rng = np.random.default_rng(seed)
         rs, aucs = [], []
         for _ in range(N_BOOT):
-            bx, by = flat(rng.integers(0, len(x_by_ep), len(x_by_ep)))
+            bx, by, at = flat(rng.integers(0, len(x_by_ep), len(x_by_ep)))
             r_ = _pearson(bx, by.astype(float))
-            a_ = _auc(bx, by)
+            a_ = _auc(bx, by, (code[at], distinct.size))
             if r_ is not None:
                 rs.append(r_)
             if a_ is not None:
