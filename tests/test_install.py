@@ -88,6 +88,12 @@ def test_make_setup_installs_through_the_constraints():
     assert len(wheel) == 1 and f"llama-cpp-python-{llama}-" in wheel[0], out
     installs = [line for line in out.splitlines() if re.search(r"\bpip install\b", line)
                 and "--upgrade pip" not in line and line not in wheel]
+    # Hydra's Ray launcher plugin alone, at the `ray` extra's pin (ray is outside constraints.txt)
+    ray_pin = next(r for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+                   ["optional-dependencies"]["ray"] if r.startswith("hydra-ray-launcher=="))
+    ray = [line for line in installs if "hydra-ray-launcher" in line]
+    assert len(ray) == 1 and "--no-deps" in ray[0] and ray[0].rstrip().endswith(ray_pin), ray
+    installs = [line for line in installs if line not in ray]
     assert len(installs) == 4, out
     assert all("-c constraints.txt" in line for line in installs), installs
     for no_deps in installs[-2:]:  # BigCodeBench's checker; the SmolLM2 model file
