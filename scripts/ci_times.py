@@ -1,6 +1,7 @@
 """The times and counts of `.ci/run` logs, for results/test_times/ci_runs.json (the claims
 block in docs/testing.md): set-up, each pass of `make test`, the whole run, and the test
-counts of both passes.
+counts of both passes. The whole run's time is .ci/run's last line, or, for a run that stopped
+at a failed test before printing it, the `rc=N wall=S` line a wrapper appended.
 
     python scripts/ci_times.py LABEL=LOG [LABEL=LOG ...] --commit SHA [--out results/test_times/ci_runs.json]
 """
@@ -16,10 +17,10 @@ from pathlib import Path
 def read(log: str) -> dict[str, int]:
     """Numbers from one log (the lines .ci/run and the Makefile print, pytest's summaries)."""
     def one(pattern: str) -> int:
-        m = re.search(pattern, log)
+        m = re.search(pattern, log, re.M)
         if not m:
             raise ValueError(f"no line matching {pattern!r}")
-        return int(m.group(1))
+        return int(next(g for g in m.groups() if g is not None))
 
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     for line in re.findall(r"^=*\s*(\d+ (?:passed|failed|skipped|error)[^\n]*) in [\d.]+s", log, re.M):
@@ -27,7 +28,7 @@ def read(log: str) -> dict[str, int]:
             key = "failed" if what.startswith("error") else what
             counts[key] += int(n)
     return {"setup_s": one(r"setup took (\d+) s"), "parallel_s": one(r"parallel pass exit \d+ in (\d+) s"),
-            "serial_s": one(r"serial pass exit \d+ in (\d+) s"), "total_s": one(r"CI took (\d+) s in all"),
+            "serial_s": one(r"serial pass exit \d+ in (\d+) s"), "total_s": one(r"CI took (\d+) s in all|^rc=\d+ wall=(\d+)$"),
             **counts}
 
 
