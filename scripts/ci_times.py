@@ -28,7 +28,8 @@ def read(log: str) -> dict[str, int]:
             key = "failed" if what.startswith("error") else what
             counts[key] += int(n)
     return {"setup_s": one(r"setup took (\d+) s"), "parallel_s": one(r"parallel pass exit \d+ in (\d+) s"),
-            "serial_s": one(r"serial pass exit \d+ in (\d+) s"), "total_s": one(r"CI took (\d+) s in all|^rc=\d+ wall=(\d+)$"),
+            "serial_s": one(r"serial pass exit \d+ in (\d+) s"),
+            "total_s": one(r"CI took (\d+) s in all|^rc=\d+ wall=(\d+)$"),
             **counts}
 
 
