@@ -1,15 +1,27 @@
 """What tests need of a memory module or a bank that a run never does: learning a batch in
 one call (`learn`: plan_update then apply) and a comparable dump of the state (`snapshot`),
-and Phase B with its top-k2 cut (`phase_b`, over memrl.memory.retrieval.rank_pool)."""
+and Phase B with its top-k2 cut (`phase_b`, over memrl.memory.retrieval.rank_pool); and a
+hash of a folder's files (`tree_hash`: a bank left byte-for-byte as it was)."""
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from memrl.memory.bank import ChromaBank
 from memrl.memory.retrieval import PhaseBOptions, rank_pool
+
+
+def tree_hash(root: Path) -> str:
+    """One hash of every file under `root`, names and bytes, in sorted order."""
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
+    return h.hexdigest()
 
 
 def learn(memory: Any, items: list) -> None:

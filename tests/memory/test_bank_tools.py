@@ -4,7 +4,6 @@ merge keeps every entry under a unique id, sources are never modified, `top` ran
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from memrl.memory.bank import BankSettings, ChromaBank
 from memrl.memory.bankio import BankSourceError, merge_entries, read_entries, resolve
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
-from memory_state import snapshot
+from memory_state import snapshot, tree_hash
 
 EMB = HashingEmbedder(dim=32)
 
@@ -46,14 +45,6 @@ def train(run_dir: Path, *, epochs: int = 3, n_tasks: int = 6, model: str = "scr
             "embedder": EMB.model_id, "model": model}
     RunDir(run_dir).card.write_text(json.dumps(card))
     return memory
-
-
-def tree_hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
-    return h.hexdigest()
 
 
 def retrieval(bank_dir: Path, queries: list[Task]) -> list[list[tuple]]:

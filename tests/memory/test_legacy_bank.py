@@ -5,7 +5,6 @@ had the current layout."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -20,14 +19,7 @@ from memrl.memory.bank import ChromaBank
 from memrl.memory.bankio import read_entries, resolve
 from memrl.memory.entry import MemoryEntry
 from memrl.memory.entrystore import as_stored
-
-
-def tree_hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
-    return h.hexdigest()
+from memory_state import tree_hash
 
 
 def write_old_layout(bank_dir: Path, entries: list[MemoryEntry], collection: str = "memories") -> None:
