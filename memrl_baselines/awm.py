@@ -52,6 +52,7 @@ from memrl.core.records import EpisodeResult, RetrievedMemory, Task
 from memrl.llm.base import LLMError, ModelProbe
 from memrl.memory.bank import BankSettings
 from memrl.memory.base import LearnItem, NewMemory
+from memrl.core.memory_record import memrl_text
 from memrl.memory.writer import SAMPLE_ATTEMPT, format_trajectory
 from memrl_baselines.judge import Judge
 from memrl_baselines.rag import SimilarityMemory
@@ -143,13 +144,20 @@ def continued(reply: str) -> str:
     return reply if _WORKFLOW.match(reply.lstrip()) else WORKFLOW_START + reply
 
 
-def render_workflows(intent: str, workflows: list[dict[str, Any]]) -> str:
-    """The text an env shows for one episode's workflows (the one display function)."""
-    lines = [f"Task: {intent.strip()}", "Workflows:"]
+def workflows_entry(intent: str, workflows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The text an env shows for one episode's workflows (the one display function) and its
+    record (memrl.core.memory_record)."""
+    lines = ["Workflows:"]
     for w in workflows:
         lines.append(f"Workflow: {w['title']}")
         lines += [f"  {j}. {step}" for j, step in enumerate(w["steps"], 1)]
-    return "\n".join(lines)
+    text, record = memrl_text(intent.strip(), notes="\n".join(lines), note_kind="workflows")
+    return text, record.to_dict()
+
+
+def render_workflows(intent: str, workflows: list[dict[str, Any]]) -> str:
+    """The text of `workflows_entry`."""
+    return workflows_entry(intent, workflows)[0]
 
 
 # ------------------------------------------------------------------------------ module
@@ -183,10 +191,8 @@ class AWMMemory(SimilarityMemory):
             return []
         keyed = self.bank.get([e.memory_id for e in entries], with_embeddings=True)
         q = np.asarray(self._embed(task.intent), dtype=np.float32)
-        return [RetrievedMemory(memory_id=e.memory_id, intent=e.intent, experience=e.experience, q=e.q,
-                                similarity=(sim := float(np.dot(q, np.asarray(keyed[e.memory_id].embedding,
-                                                                             dtype=np.float32)))),
-                                score=sim, success=e.success) for e in entries]
+        return [e.retrieved(sim := float(np.dot(q, np.asarray(keyed[e.memory_id].embedding, dtype=np.float32))),
+                            sim) for e in entries]
 
     # ------------------------------------------------------------------ learn
     def induce(self, llm: "EpisodeLLM | None", intent: str, trajectory: str) -> tuple[list[dict[str, Any]], str | None]:
@@ -213,7 +219,7 @@ class AWMMemory(SimilarityMemory):
         if induces(verdict.success, bool(result.errors), self.s.learn_from_errors):
             workflows, error = self.induce(llm, task.intent, trajectory)
             out["workflows"] = workflows
-            out["experience"] = render_workflows(task.intent, workflows) if workflows else None
+            out["experience"], out["record"] = workflows_entry(task.intent, workflows) if workflows else (None, None)
             out["error"] = "; ".join(e for e in (verdict.error, error) if e) or None
         return out
 
@@ -223,4 +229,4 @@ class AWMMemory(SimilarityMemory):
             return None
         return NewMemory(d["experience"], kind=KIND,
                          extra={"workflows": d["workflows"], "judged_success": True,
-                                "verdict_parsed": d["verdict_parsed"]})
+                                "verdict_parsed": d["verdict_parsed"]}, record=d.get("record"))

@@ -6,7 +6,7 @@ successful trajectories.
 Paper -> code (official code: LeapLabTHU/ExpeL @ its stored snapshot):
 - Experience pool (§4.1): every episode's trajectory is stored with its outcome (the env's
   success, as ExpeL's training tasks have ground truth); one bank entry per episode, as RAG
-  stores it (`trajectory_memory`, task / outcome / trajectory). Entries a `bank.init_from`
+  stores it (`trajectory_entry`, task / outcome / trajectory). Entries a `bank.init_from`
   copy brings (a teacher's trajectories) join the pool (`is_episode`).
 - Insight extraction (§4.2; agent/expel.py `create_rules`): (a) success/failure pairs of one
   task are compared (`task_critique`, the "compare" prompt), (b) groups of successes of
@@ -57,7 +57,7 @@ from memrl.memory.base import BankedMemory, LearnItem, NewMemory
 from memrl.memory.entry import BankUpdate, MemoryEntry
 from memrl.memory.writer import SAMPLE_ATTEMPT
 from memrl_baselines import expel_insights as ins
-from memrl_baselines.rag import trajectory_memory
+from memrl_baselines.rag import trajectory_entry
 
 if TYPE_CHECKING:
     from memrl.llm.client import EpisodeLLM
@@ -135,14 +135,10 @@ class ExpeLMemory(BankedMemory):
 
     def retrieve(self, task: Task, *, seed: int = 0) -> list[RetrievedMemory]:
         vec = np.asarray(self.embedder.embed([task.intent])[0], dtype=np.float32)
-        out = [RetrievedMemory(memory_id=e.memory_id, intent=e.intent, experience=e.experience, q=e.q,
-                               similarity=float(sim), score=float(sim), success=True)
-               for e, sim in self.successes_for(vec, seed)]
+        out = [e.retrieved(sim, sim, success=True) for e, sim in self.successes_for(vec, seed)]
         entry = self.insights_entry()
         if entry is not None and entry.extra.get("insights"):
-            out.append(RetrievedMemory(memory_id=entry.memory_id, intent=entry.intent,
-                                       experience=entry.experience, q=entry.q, similarity=0.0, score=0.0,
-                                       success=None))
+            out.append(entry.retrieved(0.0, 0.0, success=None))
         return out
 
     # ------------------------------------------------------------------ learn
@@ -183,8 +179,9 @@ class ExpeLMemory(BankedMemory):
                llm: "EpisodeLLM | None") -> dict[str, Any] | None:
         if self.skips(bool(result.errors), result.crashed):
             return None
-        own = trajectory_memory(task.intent, result, self.s.max_trajectory_chars)
-        out: dict[str, Any] = {"experience": own, "calls": [], "critiqued": [], "grouped": False, "error": None}
+        own, record = trajectory_entry(task.intent, result, self.s.max_trajectory_chars)
+        out: dict[str, Any] = {"experience": own, "calls": [], "critiqued": [], "grouped": False, "error": None,
+                               "record": record}
         if llm is None:
             return out
         shown = self.insights()
@@ -247,4 +244,5 @@ class ExpeLMemory(BankedMemory):
         d = it.digest
         if d is None:
             return None
-        return NewMemory(d["experience"], kind=KIND_TRAJECTORY, extra={"critiqued": bool(d.get("grouped"))})
+        return NewMemory(d["experience"], kind=KIND_TRAJECTORY, extra={"critiqued": bool(d.get("grouped"))},
+                         record=d.get("record"))

@@ -61,6 +61,7 @@ from memrl.llm.base import LLMError, ModelProbe
 from memrl.memory.bank import BankSettings
 from memrl.memory.base import BankedMemory, LearnItem, NewMemory
 from memrl.memory.entry import BankUpdate, MemoryEntry
+from memrl.core.memory_record import ACTION_PREFIX, memrl_text
 from memrl.memory.writer import SAMPLE_ATTEMPT, format_trajectory
 
 if TYPE_CHECKING:
@@ -188,14 +189,18 @@ def parse_procedure(reply: str, max_lines: int) -> str:
     return "\n".join(steps)
 
 
+def compose_entry(intent: str, success: bool, procedure: str, trajectory: str) -> tuple[str, dict[str, Any]]:
+    """The stored text (task, outcome, then the procedure and/or the trajectory) and its
+    record (memrl.core.memory_record)."""
+    text, record = memrl_text(intent, solved=success, notes=f"Procedure:\n{procedure}" if procedure else "",
+                              note=procedure or None, note_kind="procedure", heading="Trajectory:",
+                              trajectory=trajectory, actions=trajectory.startswith(ACTION_PREFIX))
+    return text, record.to_dict()
+
+
 def compose_experience(intent: str, success: bool, procedure: str, trajectory: str) -> str:
-    """The stored text: task, outcome, then the procedure and/or the trajectory."""
-    parts = [f"Task: {intent}", f"Outcome: {'solved' if success else 'failed'}"]
-    if procedure:
-        parts += ["Procedure:", procedure]
-    if trajectory:
-        parts += ["Trajectory:", trajectory]
-    return "\n".join(parts)
+    """The stored text of `compose_entry`."""
+    return compose_entry(intent, success, procedure, trajectory)[0]
 
 
 def is_deprecated(hits: int, successes: int, s: DeprecationSettings) -> bool:
@@ -252,9 +257,7 @@ class MemPMemory(BankedMemory):
     # -------------------------------------------------------------- retrieve
     @staticmethod
     def _as_retrieved(entry: MemoryEntry, sim: float) -> RetrievedMemory:
-        return RetrievedMemory(memory_id=entry.memory_id, intent=entry.intent,
-                               experience=entry.experience, q=entry.q, similarity=float(sim),
-                               score=float(sim), success=entry.success)
+        return entry.retrieved(sim, sim)
 
     def nearest(self, key: np.ndarray, seed: int = 0) -> list[RetrievedMemory]:
         """The k most similar memories; ties by the bank's rule (`memory.bank.ties`, drawn from
@@ -373,8 +376,8 @@ class MemPMemory(BankedMemory):
                     errors += [err] if err else []
                 out["keywords"] = keywords
             if out["script"] or out["trajectory"]:  # a script that was never written stores nothing
-                out["experience"] = compose_experience(task.intent, bool(result.success),
-                                                       out["script"], out["trajectory"])
+                out["experience"], out["record"] = compose_entry(task.intent, bool(result.success),
+                                                                 out["script"], out["trajectory"])
         if self.s.update == "adjustment" and not result.success and used:
             for mem in used[:self.s.adjust_limit]:
                 revised, err = self.revise(mem, task.intent, trajectory, llm)
@@ -420,8 +423,8 @@ class MemPMemory(BankedMemory):
             if mid in revised:
                 extra["script"] = revised[mid]
                 extra["revisions"] = int(entry.extra.get("revisions", 0)) + 1
-                fields["experience"] = compose_experience(entry.intent, entry.success, revised[mid],
-                                                          str(entry.extra.get("trajectory", "")))
+                fields["experience"], extra["record"] = compose_entry(entry.intent, entry.success, revised[mid],
+                                                                      str(entry.extra.get("trajectory", "")))
             fields["extra"] = extra
             update.set_fields[mid] = fields
         return update
@@ -434,7 +437,7 @@ class MemPMemory(BankedMemory):
                                  "revisions": 0}
         if d.get("keywords") is not None:
             extra["keywords"] = list(d["keywords"])
-        return NewMemory(d["experience"], kind=self.s.build, extra=extra)
+        return NewMemory(d["experience"], kind=self.s.build, extra=extra, record=d.get("record"))
 
     def _entry_key(self, it: LearnItem) -> tuple[str, list[float]]:
         """keyword_average: the mean of the key words' embeddings (as queries are made);

@@ -26,6 +26,7 @@ from memrl.core.records import EpisodeResult, RetrievedMemory, Task
 from memrl.memory.bank import BankSettings
 from memrl.memory.base import BankedMemory, LearnItem, NewMemory
 from memrl.memory.entry import BankUpdate
+from memrl.core.memory_record import memrl_text
 from memrl.memory.writer import format_trajectory
 
 _UNBOUNDED = 10**12
@@ -46,11 +47,18 @@ class RAGSettings(BaseModel):
     bank: BankSettings = BankSettings()
 
 
-def trajectory_memory(intent: str, result: EpisodeResult, max_chars: int | None) -> str:
-    """The stored text of one episode: the task, its outcome, then the raw trajectory."""
+def trajectory_entry(intent: str, result: EpisodeResult, max_chars: int | None) -> tuple[str, dict[str, Any]]:
+    """The stored text of one episode (the task, its outcome, then the raw trajectory) and
+    its record (memrl.core.memory_record)."""
     traj = format_trajectory(result, _UNBOUNDED if max_chars is None else max_chars)
-    outcome = "solved" if result.success else "failed"
-    return f"Task: {intent}\nOutcome: {outcome}\nTrajectory:\n{traj or '(no actions)'}"
+    text, record = memrl_text(intent, solved=bool(result.success), heading="Trajectory:", trajectory=traj) if traj \
+        else memrl_text(intent, solved=bool(result.success), notes="Trajectory:\n(no actions)")
+    return text, record.to_dict()
+
+
+def trajectory_memory(intent: str, result: EpisodeResult, max_chars: int | None) -> str:
+    """The stored text of `trajectory_entry`."""
+    return trajectory_entry(intent, result, max_chars)[0]
 
 
 class SimilarityMemory(BankedMemory):
@@ -67,9 +75,7 @@ class SimilarityMemory(BankedMemory):
     def retrieve(self, task: Task, *, seed: int = 0) -> list[RetrievedMemory]:
         hits = self.bank.query(self._embed(task.intent), self.s.k, seed=seed)
         gate = self.s.min_similarity
-        return [RetrievedMemory(memory_id=e.memory_id, intent=e.intent, experience=e.experience,
-                                q=e.q, similarity=float(sim), score=float(sim), success=e.success)
-                for e, sim in hits if gate is None or sim >= gate]
+        return [e.retrieved(sim, sim) for e, sim in hits if gate is None or sim >= gate]
 
     # ------------------------------------------------------------------ learn
     def plan_update(self, items: list[LearnItem]) -> BankUpdate:
@@ -92,5 +98,5 @@ class RAGMemory(SimilarityMemory):
     Settings = RAGSettings
 
     def _new_memory(self, it: LearnItem) -> NewMemory:
-        return NewMemory(trajectory_memory(it.task.intent, it.result, self.s.max_trajectory_chars),
-                         kind="trajectory")
+        text, record = trajectory_entry(it.task.intent, it.result, self.s.max_trajectory_chars)
+        return NewMemory(text, kind="trajectory", record=record)

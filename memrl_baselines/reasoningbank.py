@@ -59,6 +59,7 @@ from memrl.core.records import EpisodeResult, Task
 from memrl.llm.base import LLMError, ModelProbe
 from memrl.memory.bank import BankSettings
 from memrl.memory.base import LearnItem, NewMemory
+from memrl.core.memory_record import memrl_text
 from memrl.memory.writer import SAMPLE_ATTEMPT, format_trajectory
 from memrl_baselines.judge import Judge
 from memrl_baselines.rag import SimilarityMemory
@@ -163,15 +164,22 @@ def continued(reply: str) -> str:
     return text if text.lstrip().startswith("#") else ITEM_START + " " + text.lstrip(" ")
 
 
-def render_items(intent: str, items: list[dict[str, str]]) -> str:
-    """The text an env shows for one episode's memory items (the one display function)."""
-    lines = [f"Task: {intent.strip()}", "Memory items:"]
+def items_entry(intent: str, items: list[dict[str, str]]) -> tuple[str, dict[str, Any]]:
+    """The text an env shows for one episode's memory items (the one display function) and
+    its record (memrl.core.memory_record)."""
+    lines = ["Memory items:"]
     for i, item in enumerate(items, 1):
         lines.append(f"{i}. {item['title']}")
         if item.get("description"):
             lines.append(f"   When: {item['description']}")
         lines.append(f"   {item['content']}")
-    return "\n".join(lines)
+    text, record = memrl_text(intent.strip(), notes="\n".join(lines), note_kind="items")
+    return text, record.to_dict()
+
+
+def render_items(intent: str, items: list[dict[str, str]]) -> str:
+    """The text of `items_entry`."""
+    return items_entry(intent, items)[0]
 
 
 def extraction_prompt(intent: str, trajectory: str, success: bool, because: str, max_items: int) -> str:
@@ -229,9 +237,9 @@ class ReasoningBankMemory(SimilarityMemory):
         verdict = self.judge.ask(llm, task.intent, trajectory)
         items, error = self.extract(llm, task.intent, trajectory, verdict.success, verdict.thoughts)
         errors = [e for e in (verdict.error, error) if e]
+        text, record = items_entry(task.intent, items) if items else (None, None)
         return {"items": items, "judged_success": verdict.success, "verdict_parsed": verdict.parsed,
-                "experience": render_items(task.intent, items) if items else None,
-                "error": "; ".join(errors) or None}
+                "experience": text, "record": record, "error": "; ".join(errors) or None}
 
     def _new_memory(self, it: LearnItem) -> NewMemory | None:
         d = it.digest
@@ -240,4 +248,4 @@ class ReasoningBankMemory(SimilarityMemory):
         kind = "reasoning-success" if d["judged_success"] else "reasoning-failure"
         return NewMemory(d["experience"], kind=kind,
                          extra={"items": d["items"], "judged_success": d["judged_success"],
-                                "verdict_parsed": d["verdict_parsed"]})
+                                "verdict_parsed": d["verdict_parsed"]}, record=d.get("record"))

@@ -25,6 +25,7 @@ from memrl.memory.bank import BankSettings
 from memrl.memory.base import BankedMemory, LearnItem, NewMemory
 from memrl.memory.entry import BankUpdate
 from memrl.memory.memrl import WriterSettings
+from memrl.core.memory_record import memrl_text
 from memrl.memory.writer import ExperienceWriter, format_trajectory
 
 if TYPE_CHECKING:
@@ -45,9 +46,12 @@ def memory_id(task_id: str) -> str:
     return f"last:{task_id}"
 
 
-def success_memory(intent: str, result: EpisodeResult, max_chars: int) -> str:
+def success_memory(intent: str, result: EpisodeResult, max_chars: int) -> tuple[str, dict[str, Any]]:
+    """A success's stored text (the task, then the attempt) and its record."""
     traj = format_trajectory(result, max_chars)
-    return f"Task: {intent}\nOutcome: solved\nSuccessful attempt:\n{traj or '(no actions)'}"
+    text, record = memrl_text(intent, solved=True, heading="Successful attempt:", trajectory=traj) if traj \
+        else memrl_text(intent, solved=True, notes="Successful attempt:\n(no actions)")
+    return text, record.to_dict()
 
 
 class ReflectionMemory(BankedMemory):
@@ -63,16 +67,15 @@ class ReflectionMemory(BankedMemory):
         own = self.bank.get([memory_id(task.task_id)]).get(memory_id(task.task_id))
         if own is None or own.task_id != task.task_id:
             return []
-        return [RetrievedMemory(memory_id=own.memory_id, intent=own.intent, experience=own.experience,
-                                q=own.q, similarity=1.0, score=1.0, success=own.success)]
+        return [own.retrieved(1.0, 1.0)]
 
     def digest(self, task: Task, result: EpisodeResult, *, epoch: int,
                llm: "EpisodeLLM | None") -> dict[str, Any] | None:
         if self.skips(bool(result.errors)):
             return None  # plan() keeps the previous memory; no reflection is paid for
         if result.success:
-            return {"experience": success_memory(task.intent, result, self.s.writer.max_trajectory_chars),
-                    "kind": "attempt", "error": None}
+            text, record = success_memory(task.intent, result, self.s.writer.max_trajectory_chars)
+            return {"experience": text, "kind": "attempt", "error": None, "record": record}
         return self.writer.write(task.intent, result, llm)  # reflection + the failed attempt
 
     def model_probes(self, task: Task) -> list[Any]:
@@ -87,4 +90,4 @@ class ReflectionMemory(BankedMemory):
     def _new_memory(self, it: LearnItem) -> NewMemory | None:
         if it.digest is None:
             return None
-        return NewMemory(it.digest["experience"], kind=it.digest.get("kind", ""))
+        return NewMemory(it.digest["experience"], kind=it.digest.get("kind", ""), record=it.digest.get("record"))

@@ -166,4 +166,4 @@ class SelfRAGMemory(SimilarityMemory):
         if it.digest is None:
             return None
         return NewMemory(it.digest["experience"], kind=it.digest.get("kind", ""),
-                         extra={"self_rag": it.digest.get("self_rag", {})})
+                         extra={"self_rag": it.digest.get("self_rag", {})}, record=it.digest.get("record"))

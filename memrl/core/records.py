@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from memrl.core.memory_parts import MemoryParts, parts_of
+
 # The shared outcome vocabulary: what happened to an episode, in the same words for every env.
 OUTCOMES = (
     "success",      # solved
@@ -97,6 +99,12 @@ class RetrievedMemory:
     similarity: float
     score: float  # Phase-B score (or similarity for similarity-only modules)
     success: bool | None = None
+    # where its parts lie in its text (memrl.core.memory_record; None: a text without one)
+    record: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    def parts(self) -> "MemoryParts":
+        """Its parts (task, notes, trajectory ...), what a display shows (memrl.env.displays)."""
+        return parts_of(self.experience, self.record)
 
     @property
     def text_hash(self) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 def demo_prompts(teacher_run: str | Path, env_cls: Any, settings: Any, n: int, llm: Any = None) -> list[str]:
     """Up to `n` prompts: the teacher run's episodes in order, each replayed step by step with its
     own memory injected, as the env builds its prompts (`Env.replay_prompts`)."""
-    from memrl.core.records import RetrievedMemory, iter_jsonl
+    from memrl.core.records import iter_jsonl
     from memrl.core.rundir import RunDir
     from memrl.memory.bank import ChromaBank
 
@@ -35,7 +35,7 @@ def demo_prompts(teacher_run: str | Path, env_cls: Any, settings: Any, n: int, l
         e = entries.get(rec["task_id"])
         if e is None:
             continue
-        memory = RetrievedMemory(e.memory_id, e.intent, e.experience, e.q, 1.0, 1.0, e.success)
+        memory = e.retrieved(1.0, 1.0)
         prompts += env_cls.replay_prompts(settings, rec, memory, llm)
         if len(prompts) >= n:
             return prompts[:n]

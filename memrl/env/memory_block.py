@@ -6,6 +6,9 @@ Two layouts of one block: `format_memories` shows each memory's text as stored;
 format (the task line, then the `> action` / observation lines), so that an earlier attempt
 at the same task reads exactly like the current episode's history, and a model that continues
 that history can copy from it (ALFWorld).
+
+Both read a memory's parts from its record (`RetrievedMemory.parts`, memrl.core.memory_record),
+never by taking its text apart.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from memrl.core.records import RetrievedMemory
-from memrl.memory.writer import REFLECTION_HEAD
 
 MEMORY_OPEN = "=== Past experiences (from memory; use them only where they fit this task) ==="
 MEMORY_CLOSE = "=== End of past experiences ==="
@@ -28,32 +30,13 @@ def shorten(text: str, limit: int | None) -> str:
     return text[:half] + "\n[...]\n" + text[-half:]
 
 
-_OUTCOME_LINE = "\nOutcome: "  # what follows the task in memrl's layout (memrl.memory.writer)
-
-
 def own_task(mem: RetrievedMemory) -> str:
     """The task a memory was written for. `mem.intent` is the text of the key it is filed
     under, which is another task's when a near-duplicate joined that key
-    (`memory.dedup_threshold`); the memory's own task is the `Task: ...` header its writer put
-    first (memrl's layout: up to the `Outcome:` line; the official layout: up to the first
-    blank line). A memory without that header: the key's text."""
-    text = mem.experience.lstrip()
-    if text.startswith(REFLECTION_HEAD):
-        text = text[len(REFLECTION_HEAD):]
-    if not text.startswith("Task: "):
-        return mem.intent
-    body = text[len("Task: "):]
-    for end in (_OUTCOME_LINE, "\n\n"):
-        if end in body:
-            return body[: body.index(end)].strip()
-    return body.strip()
-
-
-def _without_task_header(experience: str, task: str) -> str:
-    """The experience without its leading `Task: <task>` header (which may span lines)."""
-    text = experience.lstrip()
-    head = f"Task: {task}"
-    return text[len(head):].lstrip("\n") if task and text.startswith(head) else experience
+    (`memory.dedup_threshold`); the memory's own task is the one its record names
+    (memrl.core.memory_record). A memory that names none: the key's text."""
+    task = mem.parts().task
+    return mem.intent if task is None else task.strip()
 
 
 def format_memories(memories: Sequence[RetrievedMemory], max_chars_each: int | None = None,
@@ -70,29 +53,6 @@ def format_memories(memories: Sequence[RetrievedMemory], max_chars_each: int | N
     return "\n".join(lines)
 
 
-ACTION_PREFIX = "> "  # how a trajectory line with an action starts (memrl.memory.writer)
-_HEADER_KEYS = ("Task:", "Outcome:")
-
-
-def split_trajectory(experience: str) -> tuple[str, str]:
-    """(notes, trajectory) of a stored experience.
-
-    The trajectory is everything from the first line that starts with `> ` (the text of
-    `memrl.memory.writer.format_trajectory`); the notes are the lines before it without the
-    `Task:` / `Outcome:` header lines and without the line that announces the trajectory
-    (e.g. `Successful trajectory:`). No `> ` line: ("", "") when the text is empty, else the
-    whole text as notes.
-    """
-    lines = experience.strip().splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.startswith(ACTION_PREFIX)), None)
-    if start is None:
-        return experience.strip(), ""
-    head = [ln for ln in lines[:start] if ln.strip() and not ln.startswith(_HEADER_KEYS)]
-    if head and head[-1].rstrip().endswith(":"):
-        head = head[:-1]
-    return "\n".join(head).strip(), "\n".join(lines[start:]).strip()
-
-
 def outcome_word(success: bool | None) -> str:
     return {True: "solved", False: "failed"}.get(success, "outcome not recorded")  # type: ignore[arg-type]
 
@@ -107,12 +67,15 @@ def format_memories_as_episodes(memories: Sequence[RetrievedMemory],
         return ""
     lines = [MEMORY_OPEN]
     for i, mem in enumerate(memories, 1):
+        parts = mem.parts()
         task = own_task(mem)  # its own task, not the key's (a joined near-duplicate)
-        notes, trajectory = split_trajectory(_without_task_header(mem.experience, task))
+        trajectory = parts.trajectory.strip() if parts.actions else ""
         lines.append(f"--- Experience {i} ({outcome_word(mem.success)}) ---")
-        if not trajectory:  # nothing to show as an episode: the task, then the text
-            lines += [task_line(task), notes] if notes else [task_line(task)]
+        if not trajectory:  # nothing to show as an episode: the task, then the text after it
+            rest = parts.rest.strip()
+            lines += [task_line(task), rest] if rest else [task_line(task)]
             continue
+        notes = parts.notes.strip()
         if notes:  # a plan or a reflection first, so the trajectory follows its task line
             lines.append(notes)
         lines += [task_line(task), trajectory]

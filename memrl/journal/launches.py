@@ -60,6 +60,8 @@ class Launch:
         for m in memories:
             row = asdict(m)
             del row["intent"], row["experience"]
+            if row["record"] is None:  # a text without a record (memrl.core.memory_record)
+                del row["record"]
             row["text"] = m.text_hash
             rows.append(row)
         return cls(epoch=epoch, task_id=task_id, launch=launch, bank_version=bank_version,

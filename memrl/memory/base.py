@@ -43,6 +43,11 @@ class NewMemory:
     kind: str = ""
     q: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    record: dict[str, Any] | None = None  # where its parts lie in the text (memrl.core.memory_record)
+
+    def entry_extra(self) -> dict[str, Any]:
+        """`extra` as the entry keeps it: with the record, when there is one."""
+        return {**self.extra, "record": self.record} if self.record is not None else self.extra
 
 
 class MemoryModule(ABC):
@@ -162,7 +167,7 @@ class EntryMemory(MemoryModule):
                 memory_id=self._entry_id(it), intent=intent, experience=memory.experience,
                 embedding=key, q=memory.q, visits=0, success=bool(it.result.success),
                 epoch=it.epoch, task_id=it.task.task_id, kind=memory.kind,
-                injected_ids=[m.memory_id for m in it.injected], order=order, extra=memory.extra))
+                injected_ids=[m.memory_id for m in it.injected], order=order, extra=memory.entry_extra()))
             order += 1
         return out
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from memrl.core.records import RetrievedMemory
+
 
 @dataclass
 class MemoryEntry:
@@ -39,6 +41,14 @@ class MemoryEntry:
         share it; a near-duplicate intent that joins an existing key copies that key's text
         and embedding (`dedup_threshold`), so one key means one stored vector."""
         return self.intent
+
+    def retrieved(self, similarity: float, score: float, *, success: Any = "own") -> RetrievedMemory:
+        """The entry as a memory chosen for an episode, with its record (memrl.core.memory_record)
+        and the scores that chose it; `success` overrides the entry's own outcome."""
+        return RetrievedMemory(memory_id=self.memory_id, intent=self.intent, experience=self.experience,
+                               q=self.q, similarity=float(similarity), score=float(score),
+                               success=self.success if success == "own" else success,
+                               record=self.extra.get("record"))
 
     def metadata(self) -> dict[str, Any]:
         """Chroma metadata (scalars only)."""

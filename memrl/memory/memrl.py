@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from memrl.core.records import EpisodeResult, RetrievalStats, Retrieved, RetrievedMemory, Task
+from memrl.core.records import EpisodeResult, RetrievalStats, Retrieved, Task
 from memrl.memory.bank import BankSettings
 from memrl.memory.base import BankedMemory, LearnItem, NewMemory
 from memrl.memory.entry import BankUpdate, MemoryEntry
@@ -157,10 +157,7 @@ class MemRLMemory(BankedMemory):
         ranked, scores = rank_pool(psims, np.array([e.q for e in pool]), self._phase_b)
         top = epsilon_greedy(ranked, self.s.k2, self.s.epsilon, np.random.default_rng(seed),
                              random_order=self.s.epsilon_order == "random")
-        return Retrieved([RetrievedMemory(memory_id=pool[i].memory_id, intent=pool[i].intent,
-                                          experience=pool[i].experience, q=pool[i].q,
-                                          similarity=float(psims[i]), score=float(scores[i]),
-                                          success=pool[i].success) for i in top], stats)
+        return Retrieved([pool[i].retrieved(psims[i], scores[i]) for i in top], stats)
 
     # ------------------------------------------------------------------ learn
     def digest(self, task: Task, result: EpisodeResult, *, epoch: int,
@@ -203,7 +200,8 @@ class MemRLMemory(BankedMemory):
         q0 = (1.0 if it.result.success else 0.0) if self.s.q_init_by_outcome else self.s.q_init
         if not it.result.success and self.s.q_init_failed is not None:
             q0 = self.s.q_init_failed
-        return NewMemory(experience=it.digest["experience"], kind=it.digest.get("kind", ""), q=q0)
+        return NewMemory(experience=it.digest["experience"], kind=it.digest.get("kind", ""), q=q0,
+                         record=it.digest.get("record"))
 
     def _entry_key(self, it: LearnItem) -> tuple[str, list[float]]:
         """The key (intent text, embedding) a new memory is filed under: the task's own intent,

@@ -13,7 +13,11 @@ Two layouts (`memory.writer.layout`):
   sequence; the script at the model's temperature, the reflection at `reflection_temperature`
   (official 0.3); the stored text is `Task: ... / SCRIPT: ... / TRAJECTORY: ...` or
   `TASK REFLECTION: / Task: ... / What went wrong: ... / Failed approach: ...` with the task text
-  cut to `max_task_chars` (4096). A script call that fails leaves the success without a memory,
+  cut to `max_task_chars` (4096).
+
+Either way the stored text comes with its record (memrl.core.memory_record: the layouts'
+text and where each part lies in it), returned as `record` and kept in the entry, so a
+display shows the parts without reading the text apart. A script call that fails leaves the success without a memory,
   a reflection call that fails stores a placeholder reflection (both as the official code does;
   the error is recorded either way).
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from memrl.core.memory_record import memrl_text, official_text
 from memrl.core.records import EpisodeResult
 from memrl.llm.base import LLMError, ModelProbe
 
@@ -92,15 +97,6 @@ assumptions, the steps to change, and what to avoid next time.
 
 Reflection:"""
 
-# the official stored layout's section markers, which the official displays split on
-# (memrl_envs: memory_block, alfworld.chat, bigcodebench.prompts, lifelong.memory_context)
-REFLECTION_HEAD = "TASK REFLECTION:\n"
-SCRIPT_MARK = "\n\nSCRIPT:\n"
-TRAJECTORY_MARK = "\n\nTRAJECTORY:\n"
-WRONG_MARK = "\n\nWhat went wrong:\n"
-FAILED_MARK = "\n\nFailed approach:\n"
-OFFICIAL_SUCCESS = "Task: {intent}" + SCRIPT_MARK + "{script}" + TRAJECTORY_MARK + "{trajectory}"
-OFFICIAL_FAILURE = REFLECTION_HEAD + "Task: {intent}" + WRONG_MARK + "{reflection}" + FAILED_MARK + "{trajectory}\n"
 OFFICIAL_NO_REFLECTION = "Reflection not available (the model call failed)."
 LAYOUTS = ("memrl", "official")
 
@@ -129,7 +125,7 @@ class ExperienceWriter:
                           answer_tokens=self.max_tokens, budget_key=BUDGET_KEY, stop=("\n\n",))
 
     def write(self, intent: str, result: EpisodeResult, llm: "EpisodeLLM | None") -> dict:
-        """Returns {"experience", "kind", "error"}; a failed model call still yields an entry
+        """Returns {"experience", "kind", "error", "record"}; a failed model call still yields an entry
         (layout=official: `experience` is None when a success's script call failed)."""
         if self.layout == "official":
             return self._write_official(intent, result, llm)
@@ -147,16 +143,16 @@ class ExperienceWriter:
         summary = _first_lines(summary, 6)
         if llm is not None and error is None and not summary:
             error = f"writer: the model's {kind} was empty"
+        trajectory = traj if self.include_trajectory else ""
         if result.success:
-            head = f"Task: {intent}\nOutcome: solved\nPlan:\n1. {summary}" if summary else \
-                f"Task: {intent}\nOutcome: solved"
-            tail = "Successful trajectory:"
+            notes, note = (f"Plan:\n1. {summary}", f"1. {summary}") if summary else ("", None)
+            heading, note_kind = "Successful trajectory:", "plan"
         else:
-            head = f"Task: {intent}\nOutcome: failed\nReflection: {summary}" if summary else \
-                f"Task: {intent}\nOutcome: failed"
-            tail = "Failed attempt:"
-        experience = head + (f"\n{tail}\n{traj}" if self.include_trajectory and traj else "")
-        return {"experience": experience, "kind": kind, "error": error}
+            notes, note = (f"Reflection: {summary}", summary) if summary else ("", None)
+            heading, note_kind = "Failed attempt:", "reflection"
+        experience, record = memrl_text(intent, solved=bool(result.success), notes=notes, note=note,
+                                        note_kind=note_kind, heading=heading, trajectory=trajectory)
+        return {"experience": experience, "kind": kind, "error": error, "record": record.to_dict()}
 
     def official_trajectory(self, result: EpisodeResult) -> str:
         """What the official writer is given: the env's own text of the episode, or (an env
@@ -183,11 +179,9 @@ class ExperienceWriter:
                 error = f"writer: {exc}"
             if error is None and not text:
                 error = f"writer: the model's {kind} was empty"
-        if result.success:
-            if error is not None:  # the official code files no memory for this success
-                return {"experience": None, "kind": kind, "error": error}
-            experience = OFFICIAL_SUCCESS.format(intent=task, script=text, trajectory=traj)
-        else:
-            experience = OFFICIAL_FAILURE.format(intent=task, reflection=text or OFFICIAL_NO_REFLECTION,
-                                                 trajectory=traj)
-        return {"experience": experience, "kind": kind, "error": error}
+        if result.success and error is not None:  # the official code files no memory for this success
+            return {"experience": None, "kind": kind, "error": error}
+        note = text if result.success else (text or OFFICIAL_NO_REFLECTION)
+        experience, record = official_text(task, note, traj, solved=bool(result.success),
+                                           actions=result.memory_trajectory is None)
+        return {"experience": experience, "kind": kind, "error": error, "record": record.to_dict()}

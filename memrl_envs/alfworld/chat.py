@@ -27,7 +27,6 @@ import json
 from typing import Sequence
 
 from memrl.core.records import RetrievedMemory
-from memrl.memory.writer import FAILED_MARK, SCRIPT_MARK, TRAJECTORY_MARK, WRONG_MARK
 
 Message = dict[str, str]  # {"role": ..., "content": ...}, as the official code's list holds
 
@@ -46,11 +45,6 @@ MEMORY_INTRO = ("Besides the example, here are memories of your own earlier atte
                 "Use them where they fit this task:")
 SUCCESS_HEADING = "--- Attempts that succeeded (worth following) ---"
 FAILURE_HEADING = "--- Attempts that failed (learn from their mistakes) ---"
-# the official stored layout's markers (memrl.memory.writer OFFICIAL_SUCCESS / OFFICIAL_FAILURE)
-_TRAJECTORY_MARK = TRAJECTORY_MARK
-_FAILED_MARK = FAILED_MARK
-_SCRIPT_MARK = SCRIPT_MARK.strip()  # "SCRIPT:"
-_REFLECTION_MARK = WRONG_MARK.strip()  # "What went wrong:"
 
 
 def _msg(role: str, content: str) -> Message:
@@ -176,24 +170,21 @@ def _dialogue_lines(text: str) -> list[str] | None:
 
 
 def format_official_memory(mem: RetrievedMemory) -> str:
-    """One memory as the official display shows it, from its own stored text (never the key's
+    """One memory as the official display shows it, from its own record (never the key's
     task): its script (a success) or its reflection (a failure) under `SCRIPT_LABEL`, then its
     dialogue from its own task on under `TRAJECTORY_LABEL`, blank-line separated; no cut. A
     memory whose trajectory is not a stored dialogue (memrl's layout, another env's text) is
     shown as stored."""
-    text = mem.experience
-    mark = _TRAJECTORY_MARK if _TRAJECTORY_MARK in text else _FAILED_MARK if _FAILED_MARK in text else None
-    if mark is None:
-        return text.strip()
-    header, trajectory = text.split(mark, 1)
-    lines = _dialogue_lines(trajectory)
+    parts = mem.parts()
+    if parts.layout != "official" or not parts.trajectory:
+        return mem.experience.strip()
+    lines = _dialogue_lines(parts.trajectory)
     if lines is None:
-        return text.strip()
-    parts = [f"{SCRIPT_LABEL}\n{header.split(key, 1)[1].strip()}"
-             for key in (_SCRIPT_MARK, _REFLECTION_MARK) if key in header]
+        return mem.experience.strip()
+    shown = [f"{SCRIPT_LABEL}\n{parts.note.strip()}"]
     if lines:
-        parts.append(f"{TRAJECTORY_LABEL}\n" + "\n".join(lines))
-    return "\n\n".join(parts)
+        shown.append(f"{TRAJECTORY_LABEL}\n" + "\n".join(lines))
+    return "\n\n".join(shown)
 
 
 def format_official_memories(memories: Sequence[RetrievedMemory]) -> str:

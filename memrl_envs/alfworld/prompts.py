@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Sequence
 
 from memrl.core.records import RetrievedMemory, Step
-from memrl.env.memory_block import format_memories, format_memories_as_episodes
-from memrl_envs.alfworld.chat import CHAT_FORMAT, format_official_memories
+from memrl.env.displays import display, formats
+from memrl_envs.alfworld.chat import CHAT_FORMAT
 
 PROMPTS_FILENAME = "react_alfworld_3prompts.json"
 DEMO_STYLES = ("react", "act")
-MEMORY_FORMATS = ("episode", "text", "official")
+MEMORY_FORMATS = formats("alfworld")
 TASK_MARKER = "Your task is to: "
 STOP = ("\n",)  # an action is one line
 REPLY_FORMATS = ("line", "thought_action")
@@ -142,13 +142,8 @@ def memory_block(memories: Sequence[RetrievedMemory], memory_format: str = "epis
     """The memories as `memory_format` shows them: `episode` (each memory as an episode, see
     the module docstring), `text` (each memory's text as stored, the block other envs use) or
     `official` (the official code's display, chat.format_official_memories); "" for none."""
-    if memory_format not in MEMORY_FORMATS:
-        raise ValueError(f"memory_format: {' | '.join(MEMORY_FORMATS)} (got {memory_format!r})")
-    if memory_format == "episode":
-        return format_memories_as_episodes(memories, memory_task_line)
-    if memory_format == "official":
-        return format_official_memories(memories)
-    return format_memories(memories)
+    show = display("alfworld", memory_format)  # memrl.env.displays
+    return show(memories, memory_task_line) if memory_format == "episode" else show(memories)
 
 
 def build_prompt(

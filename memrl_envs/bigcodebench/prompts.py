@@ -14,12 +14,10 @@ its own task text, then its body), each entry cut to an even share of `memory_ch
 
 from __future__ import annotations
 
-import re
 from typing import Literal, Sequence
 
 from memrl.core.records import RetrievedMemory
-from memrl.env.memory_block import format_memories as _memory_block
-from memrl.memory.writer import SCRIPT_MARK, WRONG_MARK
+from memrl.env.displays import display
 from memrl_envs.bigcodebench.data import BCBProblem
 
 _INSTRUCT = ("Write one self-contained Python script that solves the task below: the imports it "
@@ -39,14 +37,6 @@ OFFICIAL_NOTE = ("These are references, not answers: a successful procedure show
                  "Work out the present task on its own terms.")
 OFFICIAL_CUT = "..."
 OUTCOME_WORDS = {True: "SUCCESS", False: "FAILURE", None: "UNKNOWN"}
-# where the task text of a stored memory ends: the marker after it in the official success
-# or failure layout (memrl.memory.writer OFFICIAL_*), else the first of memrl's own layout's
-# next line and a blank line
-_OFFICIAL_TASK_ENDS = (SCRIPT_MARK, WRONG_MARK)
-_OTHER_TASK_ENDS = ("\nOutcome: ", "\n\n")
-_TASK_LINE = re.compile(r"^Task:[ \t]*", re.M)
-# the official failure body: the text after a line that starts with "Reflection:", else all
-_REFLECTION = re.compile(r"(?is)(?:^|\n)reflection\s*:\s*(.*)$")
 
 
 def task_intent(problem: BCBProblem, split: str, whole_prompt: bool = False) -> str:
@@ -84,57 +74,35 @@ def completion_prefix(problem: BCBProblem, split: str) -> str:
 def memory_block(memories: Sequence[RetrievedMemory], memory_format: MemoryFormat = "memrl", *,
                  memory_chars: int = OFFICIAL_MEMORY_CHARS, official_header_bug: bool = False) -> str:
     """The injected memories as `memory_format` shows them; "" when there are none."""
+    show = display("bigcodebench", memory_format)  # memrl.env.displays
     if memory_format == "official":
-        return official_memory_block(memories, memory_chars, official_header_bug)
-    return _memory_block(memories, max_chars_each=2500, max_intent_chars=300)
-
-
-def split_task_header(experience: str) -> tuple[str, str] | None:
-    """(task text, the rest) of a stored memory: the text of its first `Task:` line up to the
-    end of the header (the marker that follows it in the official or memrl layout, else the
-    first blank line); the rest is what follows the header when the text starts with it, else
-    the whole text. None: no `Task:` line."""
-    m = _TASK_LINE.search(experience)
-    if m is None:
-        return None
-    tail = experience[m.end():]
-    cut, end = _task_end(tail)
-    rest = tail[cut + len(end):] if end == "\n\n" else tail[cut:]
-    return tail[:cut].strip(), (rest.strip() if m.start() == 0 else experience.strip())
-
-
-def _task_end(tail: str) -> tuple[int, str]:
-    """(position, marker) where the task text at the start of `tail` ends; (len, "") at none."""
-    for end in _OFFICIAL_TASK_ENDS:
-        if (cut := tail.find(end)) >= 0:
-            return cut, end
-    found = [(cut, end) for end in _OTHER_TASK_ENDS if (cut := tail.find(end)) >= 0]
-    return min(found) if found else (len(tail), "")
+        return show(memories, memory_chars, official_header_bug)
+    return show(memories, max_chars_each=2500, max_intent_chars=300)
 
 
 def own_task_text(memory: RetrievedMemory) -> str:
-    """The memory's own task (from its text's `Task:` header; the official code shows the
-    stored task of the memory itself, never the key it was filed under), else its intent."""
-    header = split_task_header(memory.experience)
-    return header[0] if header and header[0] else memory.intent.strip()
+    """The memory's own task (the one its record names: the official code shows the stored
+    task of the memory itself, never the key it was filed under), else its intent."""
+    task = memory.parts().task
+    return task.strip() if task and task.strip() else memory.intent.strip()
 
 
 def official_entry(memory: RetrievedMemory, header_bug: bool) -> str:
     """One memory as a typed entry: its kind, its own task, its body ("" for an empty memory).
-    A failure's body is the text after a `Reflection:` line, else the whole text (the stored
-    official failure has no such line: all of it). A success's body is its text without the
-    `Task:` header, or, `header_bug` (the official code's header pattern, written with doubled
-    backslashes, never matches), the whole text, header included."""
+    A failure's body is its text from its reflection on (the official code's body: the text
+    after a `Reflection:` line, which memrl's layout writes), else the whole text (the official
+    failure layout has no such line). A success's body is its text after the task header, or,
+    `header_bug` (the official code's header pattern, written with doubled backslashes, never
+    matches), the whole text, header included."""
     text = memory.experience.strip()
     if not text:
         return ""
+    parts = memory.parts()
     task = own_task_text(memory)
     if memory.success is False:
-        m = _REFLECTION.search(text)
-        body = (m.group(1) if m else text).strip()
+        body = (parts.from_note if parts.from_note is not None and parts.layout != "official" else text).strip()
         return f"[Memory kind] failed attempt, with reflection\n[Its task]\n{task}\n\n[Reflection]\n{body}".strip()
-    header = None if header_bug else split_task_header(text)
-    body = header[1] if header is not None else text
+    body = text if header_bug or parts.task is None else parts.rest.strip()
     return f"[Memory kind] successful procedure\n[Its task]\n{task}\n\n[How it was solved]\n{body}".strip()
 
 

@@ -20,6 +20,7 @@ import re
 from typing import Sequence
 
 from memrl.core.records import RetrievedMemory
+from memrl.env.displays import display, formats
 from memrl.llm.base import Content, ImagePart, TextPart
 from memrl_envs.hle.data import HLEQuestion
 
@@ -46,7 +47,7 @@ MEMORY_CLOSE = "End of notes."
 # memory_format=official: a heading per group (the official's structure, the project's words)
 OFFICIAL_SUCCESS_HEADING = "=== Memories of questions solved before ==="
 OFFICIAL_FAILURE_HEADING = "=== Memories of failed attempts (do not repeat them) ==="
-MEMORY_FORMATS = ("memrl", "official")
+MEMORY_FORMATS = formats("hle")
 
 
 def system_prompt(answer_type: str) -> str:
@@ -99,15 +100,14 @@ def build_messages(q: HLEQuestion, memories: Sequence[RetrievedMemory], with_ima
     """memrl: [(system, instructions), (user, memories + question [+ image])];
     official: [(system, instructions), (system, memories), (user, question [+ image])], the
     memory message only when there are memories (module doc)."""
-    if memory_format not in MEMORY_FORMATS:
-        raise ValueError(f"env.memory_format: {' | '.join(MEMORY_FORMATS)} (got {memory_format!r})")
+    show = display("hle", memory_format)  # memrl.env.displays
     head: list[tuple[str, Content]] = [("system", system_prompt(q.answer_type))]
     if memory_format == "official":
-        block = format_official_memories(memories)
+        block = show(memories)
         if block:
             head.append(("system", block))
         return head + [("user", _user_message(q, "", with_image))]
-    return head + [("user", _user_message(q, format_memories(memories, memory_max_chars), with_image))]
+    return head + [("user", _user_message(q, show(memories, memory_max_chars), with_image))]
 
 
 _ANSWER = re.compile(r"^\s*\**\s*(?:exact\s+answer|final\s+answer|answer)\s*\**\s*:\s*(.+?)\s*$",

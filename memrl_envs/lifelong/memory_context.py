@@ -13,7 +13,7 @@ first, then the rest (a failure, or an outcome not recorded: the official code g
 truthy ``success``), each group in selection order, numbered within its group (a memory left
 empty keeps its number); each memory's own text with the env's preamble taken out of its
 trajectory (`strip_preamble`, ``sanitize.py``); a failure cut before its failed attempt
-(`cut_failed_attempt`); no budget. The headings are the project's own words.
+(`shown_text`, from the memory's record); no budget. The headings are the project's own words.
 """
 
 from __future__ import annotations
@@ -31,11 +31,6 @@ OS_PREAMBLE_MARKER = "You are the administrator of a Linux machine"
 DB_PREAMBLE_MARKER = "You work on a MySQL database"
 PREAMBLE_MARKERS = (OS_PREAMBLE_MARKER, DB_PREAMBLE_MARKER)
 
-# where a failure's trajectory starts: the official layout's section (matched as the official
-# code does, anywhere, any case), and the line that starts it in memrl's own layout
-# (memrl.memory.writer), so a memrl-layout failure is shown without its attempt too
-FAILED_APPROACH = "failed approach:"
-MEMRL_FAILED_ATTEMPT = "\nFailed attempt:"
 
 BLOCK_TITLE = "[Memories of earlier tasks]"
 SUCCESS_HEADING = "=== Earlier tasks that were solved (build on what worked) ==="
@@ -78,10 +73,15 @@ def strip_preamble(text: str, markers: Sequence[str] = PREAMBLE_MARKERS) -> str:
     return "\n".join(lines[:start] + lines[end:]).strip()
 
 
-def cut_failed_attempt(text: str) -> str:
-    """A failure's text up to its failed attempt (its task and reflection), stripped at the end."""
-    cuts = [i for i in (text.lower().find(FAILED_APPROACH), text.find(MEMRL_FAILED_ATTEMPT)) if i != -1]
-    return text[: min(cuts)].rstrip() if cuts else text
+def shown_text(memory: RetrievedMemory, markers: Sequence[str] = PREAMBLE_MARKERS) -> str:
+    """A memory's text as the official display shows it: without the env's preamble in its
+    trajectory, and -- a failure with a reflection -- cut before its failed attempt (its task
+    and reflection, stripped at the end). Read from its record, never from its text."""
+    parts = memory.parts()
+    if not memory.success and parts.note_kind == "reflection":
+        cut = parts.before_trajectory
+        return strip_preamble(cut.rstrip() if len(cut) < len(parts.text) else cut, markers)
+    return strip_preamble(parts.text, markers)
 
 
 def _section(heading: str, label: str, kind: str, texts: Sequence[str]) -> list[str]:
@@ -96,8 +96,8 @@ def format_official(memories: Sequence[RetrievedMemory], markers: Sequence[str] 
     """The official block of retrieved memories (module doc); "" when there are none."""
     if not memories:
         return ""
-    solved = [strip_preamble(m.experience, markers) for m in memories if m.success]
-    rest = [cut_failed_attempt(strip_preamble(m.experience, markers)) for m in memories if not m.success]
+    solved = [shown_text(m, markers) for m in memories if m.success]
+    rest = [shown_text(m, markers) for m in memories if not m.success]
     lines = [BLOCK_TITLE]
     if solved:
         lines += _section(SUCCESS_HEADING, SUCCESS_LABEL, SUCCESS_KIND, solved)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from memrl.core.records import RetrievedMemory
-from memrl.env.memory_block import format_memories
-from memrl_envs.lifelong.memory_context import ASSISTANT, USER, chat_text, format_official
+from memrl.env.displays import display
+from memrl_envs.lifelong.memory_context import ASSISTANT, USER, chat_text
 from memrl_envs.lifelong_db.data import DbTask
 
 INSTRUCTION = (
@@ -130,7 +130,7 @@ def build_prompt(task: DbTask, memories: Sequence[RetrievedMemory], history: Seq
     first, ahead of the instructions and their output format, as the official agent's system
     prompt holds its memories before its format rules and the benchmark's own instructions."""
     parts = _preamble(with_example)
-    block = format_official(memories) if memory_format == "official" else format_memories(memories)
+    block = display("lifelong_db", memory_format)(memories)  # memrl.env.displays
     if block:
         parts.insert(0 if memory_format == "official" else len(parts), block)
     episode = [format_question(task, max_rows)] + [format_turn(t) for t in history]

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from memrl.core.records import RetrievedMemory, Step
-from memrl.env.memory_block import format_memories
-from memrl_envs.lifelong.memory_context import ASSISTANT, USER, chat_text, format_official
+from memrl.env.displays import display
+from memrl_envs.lifelong.memory_context import ASSISTANT, USER, chat_text
 
 INSTRUCTION = (
     "You are the administrator of a Linux machine (root shell, bash, no network) and carry out "
@@ -178,7 +178,7 @@ def _preamble(timeout_s: float, with_example: bool) -> list[str]:
 
 
 def _memory_block(memories: Sequence[RetrievedMemory], memory_format: str) -> str:
-    return format_official(memories) if memory_format == "official" else format_memories(memories)
+    return display("lifelong_os", memory_format)(memories)  # memrl.env.displays
 
 
 def build_prompt(instruction_text: str, memories: Sequence[RetrievedMemory], history: Sequence[Step],

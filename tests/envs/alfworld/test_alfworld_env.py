@@ -410,7 +410,8 @@ def test_a_same_game_memory_reads_as_a_continuation_of_the_episode():
 
 
 def test_memory_text_without_trajectory_is_shown_as_stored():
-    from memrl.env.memory_block import format_memories_as_episodes, split_trajectory
+    from memrl.core.memory_parts import split_trajectory  # the reader of old text
+    from memrl.env.memory_block import format_memories_as_episodes
 
     assert split_trajectory("Task: a\nOutcome: failed\nReflection: look first.") == \
         ("Task: a\nOutcome: failed\nReflection: look first.", "")

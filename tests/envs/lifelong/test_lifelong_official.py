@@ -21,8 +21,8 @@ from memrl.core.records import RetrievedMemory
 from memrl.journal.runcard import data_fingerprint
 from memrl.llm.base import LLMError
 from memrl_envs.lifelong import data as lifelong_data
-from memrl_envs.lifelong.memory_context import (DB_PREAMBLE_MARKER, OS_PREAMBLE_MARKER, chat_text, cut_failed_attempt,
-                                                format_official, strip_preamble)
+from memrl_envs.lifelong.memory_context import (DB_PREAMBLE_MARKER, OS_PREAMBLE_MARKER, chat_text, format_official,
+                                                shown_text, strip_preamble)
 from memrl_envs.lifelong_db import LifelongDbEnv
 from memrl_envs.lifelong_db import env as db_env
 from memrl_envs.lifelong_db import prompts as db_prompts
@@ -442,7 +442,10 @@ def test_preamble_removal_follows_the_official_rule():
     twice = f"user: {OS_PREAMBLE_MARKER}\nuser: Task: a\nuser: {OS_PREAMBLE_MARKER}\nuser: Task: b"
     assert strip_preamble(twice) == f"user: Task: a\nuser: {OS_PREAMBLE_MARKER}\nuser: Task: b"
     assert strip_preamble("  no chat here \n") == "  no chat here \n" and strip_preamble(" \n ") == ""
-    # the failure cut: any case, the earlier of the two layouts' markers
-    assert cut_failed_attempt("Reflection: r\nFAILED APPROACH:\nuser: x") == "Reflection: r"
-    assert cut_failed_attempt("Reflection: r\nFailed attempt:\n> x") == "Reflection: r"
-    assert cut_failed_attempt("nothing to cut ") == "nothing to cut "
+    # the failure cut of an old text (no record): any case, the earlier of the two layouts' markers
+    def failed(text: str) -> RetrievedMemory:
+        return RetrievedMemory("m", "k", text, 0.0, 1.0, 1.0, False)
+
+    assert shown_text(failed("Reflection: r\nFAILED APPROACH:\nuser: x")) == "Reflection: r"
+    assert shown_text(failed("Reflection: r\nFailed attempt:\n> x")) == "Reflection: r"
+    assert shown_text(failed("nothing to cut ")) == "nothing to cut "
