@@ -85,7 +85,8 @@ def _shows(mems: list[RetrievedMemory]) -> dict[str, str]:
 
     return {"text": format_memories(mems), "episode": format_memories_as_episodes(mems, lambda t: f"Your task: {t}"),
             "alfworld.official": format_official_memories(mems), "bcb.official": official_memory_block(mems),
-            "bcb.official.bug": official_memory_block(mems, header_bug=True), "lifelong.official": format_official(mems),
+            "bcb.official.bug": official_memory_block(mems, header_bug=True),
+            "lifelong.official": format_official(mems),
             "hle": hle_memories(mems), "own_task": "|".join(own_task(m) for m in mems)}
 
 
