@@ -324,3 +324,17 @@ def test_staleness_distribution_of_the_records_that_carry_it() -> None:
     assert st["max"] == max(values) and st["mean"] == pytest.approx(sum(values) / len(values))
     assert sum(st["counts"].values()) == len(values) == len(recs) - 1
     assert st["counts"]["0"] == values.count(0)
+
+
+def test_the_95_percent_normal_quantile_is_scipys_to_the_bit_without_importing_scipy() -> None:
+    from scipy.stats import norm
+
+    from memrl.metrics.compute import Z_975, z_quantile
+
+    assert Z_975 == float(norm.ppf(0.975)) and z_quantile(0.5 + 0.95 / 2) == Z_975
+    assert z_quantile(0.95) == float(norm.ppf(0.95))  # other levels: scipy itself
+    # a run's metrics and plots (95% Wilson intervals) never import scipy
+    code = ("import sys; from memrl.metrics.compute import wilson; wilson(3, 4); "
+            "print('scipy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
