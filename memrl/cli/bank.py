@@ -18,7 +18,8 @@ RUN_OR_BANK is a run directory, a bank directory (what import/merge/copy write) 
 export. Sources are read from a temporary copy and never modified.
 
 The bank itself (the Chroma store) is memrl/memory/bank.py; reading banks from elsewhere is
-memrl/memory/bankio.py; this module is only the command line around them.
+memrl/memory/bankio.py; this module is the command line around them (and the spool
+`merge` reads its sources into, one at a time).
 
 A copied or merged bank is used by a run through the bank options every banked memory has:
     python -m memrl.cli run ... memory.bank.init_from=OUT memory.bank.frozen=true
@@ -34,12 +35,16 @@ Memory merging across Lifelong OS and DB (paper App. C.2):
 from __future__ import annotations
 
 import argparse
+import hashlib
 import heapq
 import json
+import os
+import pickle
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -48,7 +53,7 @@ from memrl.core.rundir import RunDir
 from memrl.journal.banklog import BankHistory
 from memrl.memory.bank import BankSettings
 from memrl.memory.bankio import (BankReader, BankSource, BankSourceError, Checked, create_bank, hnsw_meta,
-                                 merge_stream, resolve, write_jsonl)
+                                 merge_stream, refuse_filled, resolve, write_jsonl)
 from memrl.memory.entry import MemoryEntry
 
 
@@ -250,24 +255,88 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------ merge/copy
+_FIELDS = tuple(MemoryEntry.__dataclass_fields__)
+_VECTOR = _FIELDS.index("embedding")
+
+
+class Spool:
+    """Entries parked in a temporary directory and read back in order, a page at a time: their
+    fields pickled a page at a time, their vectors float32 in one flat file, each distinct vector
+    once (the entries of one key share it). `merge` reads each source into a spool and closes it
+    before it opens the next, and writes the merged bank once both are closed: an open bank holds
+    its vector index in memory, a spool only where each distinct vector lies. A context manager."""
+
+    PAGE = 500  # entries pickled (and read back) at a time
+
+    def __init__(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="memrl-spool-")
+        self._pages = open(Path(self._tmp.name) / "entries.pickle", "w+b")
+        self._vectors = open(Path(self._tmp.name) / "vectors.f32", "w+b")
+        self._at: dict[bytes, tuple[int, int]] = {}  # a vector's digest -> (byte offset, values)
+
+    def __enter__(self) -> "Spool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._pages.close()
+        self._vectors.close()
+        self._tmp.cleanup()
+
+    def add(self, entries: Iterable[MemoryEntry]) -> None:
+        """Park `entries` after those already here."""
+        page: list[list[Any]] = []
+        for e in entries:
+            row = [getattr(e, f) for f in _FIELDS]
+            row[_VECTOR] = self._park(e.embedding)
+            page.append(row)
+            if len(page) == self.PAGE:
+                pickle.dump(page, self._pages, protocol=pickle.HIGHEST_PROTOCOL)
+                page = []
+        if page:
+            pickle.dump(page, self._pages, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def _park(self, vector: Any) -> tuple[int, int]:
+        raw = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+        digest = hashlib.sha256(raw).digest()
+        if digest not in self._at:
+            self._at[digest] = (self._vectors.seek(0, os.SEEK_END), len(raw) // 4)
+            self._vectors.write(raw)
+        return self._at[digest]
+
+    def entries(self, with_embeddings: bool = True) -> Iterator[MemoryEntry]:
+        """The parked entries in order (`with_embeddings=False`: without their vectors)."""
+        self._vectors.flush()
+        end, at = self._pages.seek(0, os.SEEK_END), 0
+        while at < end:
+            self._pages.seek(at)
+            page = pickle.load(self._pages)
+            at = self._pages.tell()
+            read: dict[tuple[int, int], np.ndarray] = {}  # each distinct vector of a page read once
+            for row in page:
+                where, size = row[_VECTOR]
+                if with_embeddings and size and (where, size) not in read:
+                    raw = os.pread(self._vectors.fileno(), 4 * size, where)
+                    read[where, size] = np.frombuffer(raw, dtype=np.float32).copy()
+                row[_VECTOR] = read[where, size] if with_embeddings and size else []
+                yield MemoryEntry(*row)
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else ["a", "b"]
     if len(labels) != 2 or len(set(labels)) != 2 or not all(labels):
         raise BankSourceError(f"--labels: two different non-empty labels expected (got {args.labels!r})")
-    with _reader(args.a) as ra, _reader(args.b) as rb:
-        src_a, src_b = ra.src, rb.src
-        if src_a.embedder and src_b.embedder and src_a.embedder != src_b.embedder:
-            raise BankSourceError(f"cannot merge banks embedded by {src_a.embedder!r} and {src_b.embedder!r}")
-        counts = {labels[0]: Checked(labels[0], dims=False), labels[1]: Checked(labels[1], dims=False)}
-
-        def part(label: str, reader: BankReader) -> Any:
-            def entries(full: bool) -> Any:
-                got = reader.entries(with_embeddings=full, with_texts=full)
-                return counts[label](got) if full else got
-            return entries
-
-        merged = merge_stream([(labels[0], part(labels[0], ra)), (labels[1], part(labels[1], rb))])
-        n = create_bank(Path(args.out), merged, _hnsw(src_a, args),
+    src_a, src_b = resolve(args.a), resolve(args.b)
+    if src_a.embedder and src_b.embedder and src_a.embedder != src_b.embedder:
+        raise BankSourceError(f"cannot merge banks embedded by {src_a.embedder!r} and {src_b.embedder!r}")
+    out = Path(args.out)
+    refuse_filled(out)
+    counts = {label: Checked(label, dims=False, hashed=False) for label in labels}
+    with Spool() as spool_a, Spool() as spool_b:
+        for label, src, spool in ((labels[0], src_a, spool_a), (labels[1], src_b, spool_b)):
+            with BankReader(src) as reader:  # one source open at a time, closed before the next
+                spool.add(counts[label](reader.entries(with_embeddings=True)))
+        merged = merge_stream([(labels[0], spool_a.entries), (labels[1], spool_b.entries)])
+        n = create_bank(out, merged, _hnsw(src_a, args),
                         {"merged_from": {labels[0]: src_a.describe(), labels[1]: src_b.describe()},
                          "embedder": src_a.embedder or src_b.embedder,
                          "memory": src_a.memory if src_a.memory == src_b.memory else None})

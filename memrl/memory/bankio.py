@@ -23,6 +23,7 @@ Kinds of source:
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import shutil
@@ -179,16 +180,16 @@ class BankReader:
         return client.get_collection(name, embedding_function=None)
 
     def __exit__(self, *exc: Any) -> None:
-        if self._bank is not None:
+        if self._bank is not None:  # closed (its files with it) and dropped (its vector cache with it)
             self._bank.close()
+            self._bank = None
         client = self.__dict__.pop("_client", None)
-        if client is not None:
-            getattr(client, "close", lambda: None)()
         self._legacy = None
-        if self._tmp is not None:
-            import gc
-
+        if client is not None:  # the first layout's client: its files close with its last reference
+            getattr(client, "close", lambda: None)()
+            del client
             gc.collect()
+        if self._tmp is not None:
             self._tmp.cleanup()
 
     def entries(self, *, with_embeddings: bool = False, with_texts: bool = True) -> Iterator[MemoryEntry]:
@@ -277,14 +278,14 @@ def write_jsonl(entries: Iterable[MemoryEntry], path: str | Path, meta: Any = No
 
 class Checked:
     """Entries as they stream past, checked (each id once, one vector size) and counted, with
-    the fingerprint of what passed (`fingerprint`)."""
+    the fingerprint of what passed (`fingerprint`; `hashed=False`: none, to only check and count)."""
 
-    def __init__(self, where: str, *, dims: bool = True) -> None:
+    def __init__(self, where: str, *, dims: bool = True, hashed: bool = True) -> None:
         self.where, self.check_dims = where, dims
         self.n = 0
         self.ids: set[str] = set()
         self.dims: set[int] = set()
-        self._hash = hashlib.sha256()
+        self._hash = hashlib.sha256() if hashed else None
 
     def __call__(self, entries: Iterable[MemoryEntry]) -> Iterator[MemoryEntry]:
         for e in entries:
@@ -296,7 +297,8 @@ class Checked:
                 if len(self.dims) > 1:
                     raise BankSourceError(f"{self.where}: entries have embeddings of different sizes "
                                           f"{sorted(self.dims)}")
-            self._hash.update(_fingerprint_item(e))
+            if self._hash is not None:
+                self._hash.update(_fingerprint_item(e))
             self.n += 1
             yield e
 
@@ -396,15 +398,22 @@ def hnsw_meta(s: BankSettings) -> dict[str, int]:
             "max_neighbors": s.max_neighbors}
 
 
+def refuse_filled(out: Path) -> None:
+    """A new bank goes into a new (or empty) directory only."""
+    if out.exists() and any(out.iterdir()):
+        raise BankSourceError(f"{out}: exists and is not empty; choose a new directory")
+
+
 def create_bank(out: Path, entries: Iterable[MemoryEntry], settings: BankSettings, meta: dict[str, Any]) -> int:
     """A new bank directory holding `entries` (streamed, each id once, one vector size), with
     its `bank_meta.json`; refuses a directory that is not empty."""
-    if out.exists() and any(out.iterdir()):
-        raise BankSourceError(f"{out}: exists and is not empty; choose a new directory")
+    refuse_filled(out)
     checked = Checked(str(out))
     bank = settings.open(out)
     try:
+        bank.hold()  # a bank in the making: durable once, when written, not at every page
         write_entries(bank, checked(entries))
+        bank.flush()
         n = bank.count()
     finally:
         bank.close()
