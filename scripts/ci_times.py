@@ -4,6 +4,8 @@ counts of both passes. The whole run's time is .ci/run's last line, or, for a ru
 at a failed test before printing it, the `rc=N wall=S` line a wrapper appended.
 
     python scripts/ci_times.py LABEL=LOG [LABEL=LOG ...] --commit SHA [--out results/test_times/ci_runs.json]
+
+Rows are appended to `--out` (a row with the same label and commit is replaced).
 """
 
 from __future__ import annotations
@@ -39,13 +41,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commit", required=True)
     ap.add_argument("--out", type=Path, default=Path("results/test_times/ci_runs.json"))
     a = ap.parse_args(argv)
-    rows = []
+    rows = json.loads(a.out.read_text()) if a.out.is_file() else []  # earlier runs are kept
+    new = []
     for spec in a.logs:
         label, _, path = spec.partition("=")
-        rows.append({"label": label, "commit": a.commit, **read(Path(path).read_text(errors="replace"))})
+        new.append({"label": label, "commit": a.commit, **read(Path(path).read_text(errors="replace"))})
+    rows = [r for r in rows if (r["label"], r["commit"]) not in {(n["label"], n["commit"]) for n in new}] + new
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(rows, indent=1) + "\n")
-    print(json.dumps(rows, indent=1))
+    print(json.dumps(new, indent=1))
     return 0
 
 
