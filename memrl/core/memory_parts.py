@@ -27,7 +27,6 @@ from memrl.core.memory_record import (ACTION_PREFIX, FAILED_MARK, REFLECTION_HEA
                                       TRAJECTORY_MARK, WRONG_MARK, MemoryParts, MemoryRecord,
                                       parts_from)
 
-_TASK_LINE = re.compile(r"^Task:[ \t]*", re.M)
 _REFLECTION = re.compile(r"(?is)(?:^|\n)reflection\s*:\s*(.*)$")
 _HEADER_KEYS = ("Task:", "Outcome:")
 _OUTCOME_LINE = "\nOutcome: "
