@@ -33,8 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from memrl.core.records import EpisodeRecord
-
-N_BOOT = 1000
+from memrl.metrics.bootstrap import grouped_intervals, paired_interval
 
 
 def _pearson(x: np.ndarray, y: np.ndarray) -> float | None:
@@ -52,19 +51,6 @@ def _ranks(v: np.ndarray) -> np.ndarray:
 
 def _spearman(x: np.ndarray, y: np.ndarray) -> float | None:
     return _pearson(_ranks(x), _ranks(y)) if len(x) >= 3 else None
-
-
-def _interval(fn, x: np.ndarray, y: np.ndarray, seed: int) -> list[float] | None:
-    rng = np.random.default_rng(seed)
-    stats = []
-    for _ in range(N_BOOT):
-        pick = rng.integers(0, len(x), len(x))
-        value = fn(x[pick], y[pick])
-        if value is not None:
-            stats.append(value)
-    if len(stats) < N_BOOT // 2:  # most resamples degenerate: no interval
-        return None
-    return [float(np.percentile(stats, 2.5)), float(np.percentile(stats, 97.5))]
 
 
 def memory_use(records: Sequence[EpisodeRecord]) -> dict[str, tuple[float, list[bool]]]:
@@ -87,25 +73,17 @@ def q_success(records: Sequence[EpisodeRecord], seed: int = 0) -> dict[str, Any]
     x = np.array([q for q, _ in use.values()], dtype=float)
     y = np.array([sum(oks) / len(oks) for _, oks in use.values()], dtype=float)
     return {"memories": len(use), "injections": int(sum(len(oks) for _, oks in use.values())),
-            "pearson": _pearson(x, y), "pearson_ci": _interval(_pearson, x, y, seed) if len(x) >= 3 else None,
-            "spearman": _spearman(x, y),
-            "spearman_ci": _interval(_spearman, x, y, seed + 1) if len(x) >= 3 else None}
+            "pearson": _pearson(x, y), "pearson_ci": paired_interval(x, y, seed),
+            "spearman": _spearman(x, y), "spearman_ci": paired_interval(x, y, seed + 1, ranked=True)}
 
 
-def _auc(x: np.ndarray, y: np.ndarray, codes: tuple[np.ndarray, int] | None = None) -> float | None:
+def _auc(x: np.ndarray, y: np.ndarray) -> float | None:
     """P(a success's value > a failure's value), ties counting half (Mann-Whitney); None when
-    one class is empty. `codes`: each value's index among the sorted distinct values of a
-    larger sample `x` was drawn from, and their number; the ranks then come from counts, with
-    no sort (the same numbers as `_ranks`: a value absent from `x` counts zero)."""
+    one class is empty."""
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     if n_pos == 0 or n_neg == 0:
         return None
-    if codes is None:
-        ranks = _ranks(x) + 1.0
-    else:
-        code, n_distinct = codes
-        counts = np.bincount(code, minlength=n_distinct)
-        ranks = ((np.cumsum(counts) - counts) + (counts - 1) / 2.0)[code] + 1.0
+    ranks = _ranks(x) + 1.0
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
@@ -125,39 +103,14 @@ def q_prospective(records: Sequence[EpisodeRecord], seed: int = 0) -> dict[str, 
     every = np.concatenate(x_by_ep) if x_by_ep else np.array([])
     oks = np.array(ok_by_ep, dtype=bool)
 
-    distinct, code = np.unique(every, return_inverse=True)
-
-    def flat(pick: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The injections of the picked episodes, in pick order (one gather, no Python loop),
-        and where each is in `every`."""
-        pick = np.asarray(pick, dtype=np.int64)
-        if not pick.size:
-            return np.array([]), np.array([], dtype=bool), np.array([], dtype=np.int64)
-        n = lens[pick]
-        at = np.repeat(starts[pick] - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
-        return every[at], np.repeat(oks[pick], n), at
-
-    x, y, _ = flat(np.arange(len(x_by_ep)))
+    x, y = every, np.repeat(oks, lens)  # every injection, in record order, and its episode's outcome
     out: dict[str, Any] = {"episodes": len(x_by_ep), "injections": int(x.size),
                            "successes": int(y.sum()), "distinct_q": int(np.unique(x).size),
                            "point_biserial": _pearson(x, y.astype(float)) if x.size else None,
                            "auc": _auc(x, y) if x.size else None,
                            "point_biserial_ci": None, "auc_ci": None}
     if len(x_by_ep) >= 3 and out["point_biserial"] is not None:
-        rng = np.random.default_rng(seed)
-        rs, aucs = [], []
-        for _ in range(N_BOOT):
-            bx, by, at = flat(rng.integers(0, len(x_by_ep), len(x_by_ep)))
-            r_ = _pearson(bx, by.astype(float))
-            a_ = _auc(bx, by, (code[at], distinct.size))
-            if r_ is not None:
-                rs.append(r_)
-            if a_ is not None:
-                aucs.append(a_)
-        if len(rs) >= N_BOOT // 2:
-            out["point_biserial_ci"] = [float(np.percentile(rs, 2.5)), float(np.percentile(rs, 97.5))]
-        if len(aucs) >= N_BOOT // 2:
-            out["auc_ci"] = [float(np.percentile(aucs, 2.5)), float(np.percentile(aucs, 97.5))]
+        out["point_biserial_ci"], out["auc_ci"] = grouped_intervals(every, oks, starts, lens, seed)
     return out
 
 

@@ -95,19 +95,3 @@ def test_the_retrospective_reading_is_high_when_q_is_worthless_and_the_prospecti
     assert retro["pearson"] > 0.7  # the bookkeeping's correlation
     assert abs(pro["auc"] - 0.5) < 0.1 and pro["auc_ci"][0] < 0.5 < pro["auc_ci"][1]
     assert pro["point_biserial_ci"][0] < 0.0 < pro["point_biserial_ci"][1]
-
-
-def test_the_bootstraps_rank_by_counts_gives_the_sorted_ranks_auc():
-    """`_auc` with precomputed codes (the bootstrap's path, no sort per resample) equals the
-    rank-sort path on resamples with ties, values absent from the resample included."""
-    import numpy as np
-
-    from memrl.metrics.utility import _auc
-
-    rng = np.random.default_rng(3)
-    every = rng.choice([0.0, 0.1, 0.25, 0.5, 0.9], size=400)
-    distinct, code = np.unique(every, return_inverse=True)
-    for _ in range(50):
-        at = rng.integers(0, every.size, rng.integers(2, 60))
-        y = rng.random(at.size) < 0.4
-        assert _auc(every[at], y, (code[at], distinct.size)) == _auc(every[at], y)
