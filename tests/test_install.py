@@ -114,6 +114,30 @@ def test_installed_set_hash():
     assert base_card({}, model=None, embedder=None)["installed"] == fp
 
 
+def test_installed_set_reads_only_the_header_and_equals_the_full_parse(tmp_path):
+    """The header-only reading gives what importlib's full metadata parse gives, on this venv
+    and on metadata whose long description holds lines that look like headers."""
+    from importlib import metadata
+
+    def full_parse(dists) -> list[str]:
+        return sorted({f"{re.sub(r'[-_.]+', '-', d.metadata['Name']).lower()}=={d.version}"
+                       for d in dists if d.metadata and d.metadata["Name"]})
+
+    assert installed_set() == full_parse(metadata.distributions())
+    site = tmp_path / "site"
+    (site / "Odd_Pkg-1.0.dist-info").mkdir(parents=True)
+    (site / "Odd_Pkg-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: Odd_Pkg\nVersion: 1.0\nSummary: s\n\n"
+        "Name: not-this\nVersion: 9.9\n")
+    (site / "old.egg-info").mkdir()
+    (site / "old.egg-info" / "PKG-INFO").write_text("Metadata-Version: 1.0\nName: old\nVersion: 0.1\n")
+    dists = list(metadata.distributions(path=[str(site)]))
+    from memrl.journal.runcard import _name_and_version
+
+    got = sorted(f"{re.sub(r'[-_.]+', '-', n).lower()}=={v}" for n, v in map(_name_and_version, dists))
+    assert got == full_parse(dists) == ["odd-pkg==1.0", "old==0.1"]
+
+
 def test_console_script_entry_point(capsys):
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     module, func = scripts["memrl"].split(":")

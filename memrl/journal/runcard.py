@@ -77,14 +77,28 @@ def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str | None]:
     return out
 
 
+def _name_and_version(dist: metadata.Distribution) -> tuple[str | None, str | None]:
+    """A distribution's Name and Version from its metadata's header lines only (the part
+    before the first blank line; the long description after it is not parsed)."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO")
+    if text is None:
+        return None, None
+    found: dict[str, str] = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key in ("Name", "Version") and key not in found:
+            found[key] = value.strip()
+    return found.get("Name"), found.get("Version")
+
+
 def installed_set() -> list[str]:
     """Every installed distribution as `name==version`, names normalised (PEP 503), sorted,
     each once (a stale second copy of a distribution's metadata does not count twice)."""
     seen: set[str] = set()
     for dist in metadata.distributions():
-        name = dist.metadata["Name"] if dist.metadata else None
+        name, version = _name_and_version(dist)
         if name:
-            seen.add(f"{re.sub(r'[-_.]+', '-', name).lower()}=={dist.version}")
+            seen.add(f"{re.sub(r'[-_.]+', '-', name).lower()}=={version}")
     return sorted(seen)
 
 
