@@ -10,7 +10,10 @@ writer, the judge, a baseline's own calls), each with its real prompt shape, bud
 sequences and format, past the response cache (paid, and counted in the run's spend), plus
 one embedding. A call that fails, comes back empty, or is cut at its budget
 (`finish_reason: length`) refuses the run, naming the purpose, the budget, the reasoning
-tokens spent and the key to raise. A finished run makes no call: the preflight runs when
+tokens spent and the key to raise. An embedded model (`probe_answer_tokens` on its backend:
+it costs nothing and reports no cut, so a longer answer checks nothing more) answers its
+probes with at most that many tokens: the model loads, takes each purpose's real prompt, stop
+sequences and format, and decodes; the row keeps the run's budget and says the cap. A finished run makes no call: the preflight runs when
 the first batch is about to start. `memrl check <overrides>` runs only this and prints the
 table (memrl.cli.check).
 
@@ -20,7 +23,7 @@ cache identity, how it was found and the base URL it is served from.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from memrl.core.errors import ConfigError
@@ -109,6 +112,7 @@ class ProbeResult:
     cost_usd: float = 0.0
     priced: bool = True
     problem: str | None = None
+    probe_cap: int | None = None  # the probe's answer was capped here (an embedded model: module doc)
 
 
 @dataclass
@@ -139,6 +143,10 @@ def _probe(role: str, client: LLMClient, probe: ModelProbe) -> ProbeResult:
                              sample_id=f"preflight/{probe.purpose}", budget_key=probe.budget_key)
     row = ProbeResult(role=role, purpose=probe.purpose, model=client.model_id, budget=request.max_tokens,
                       answer_tokens=request.answer_tokens, budget_key=request.budget_key)
+    cap = getattr(client.backend, "probe_answer_tokens", None)
+    if cap is not None and request.max_tokens > int(cap):
+        request = replace(request, max_tokens=int(cap))
+        row.probe_cap = int(cap)
     try:
         resp = client.probe(request)
     except LLMError as exc:
@@ -206,9 +214,10 @@ def preflight(clients: Mapping[str, LLMClient], probes: Sequence[ModelProbe] = (
 
 
 def table(result: Preflight) -> str:
-    """The preflight as a table: per purpose, the model, the budget sent, reasoning tokens,
-    finish reason and the price of the call."""
-    head = (f"{'role':<10} {'purpose':<16} {'model':<30} {'budget':>14} {'reasoning':>9} "
+    """The preflight as a table: per purpose, the model, the budget the run sends (and the
+    probe's cap on an embedded model's answer), reasoning tokens, finish reason and the price of
+    the call."""
+    head = (f"{'role':<10} {'purpose':<16} {'model':<30} {'budget':>22} {'reasoning':>9} "
             f"{'finish':<7} {'price/call':>11}  problem")
     lines = [head]
     for r in result.results:
@@ -218,7 +227,9 @@ def table(result: Preflight) -> str:
             budget = f"{r.answer_tokens}+{r.budget - r.answer_tokens}"
         else:
             budget = str(r.budget)
+        if r.probe_cap is not None:
+            budget += f" (probe {r.probe_cap})"
         price = f"${r.cost_usd:.6f}" if r.priced else "unpriced"
-        lines.append(f"{r.role:<10} {r.purpose:<16} {r.model[:30]:<30} {budget:>14} "
+        lines.append(f"{r.role:<10} {r.purpose:<16} {r.model[:30]:<30} {budget:>22} "
                      f"{r.reasoning_tokens:>9} {r.finish_reason or '-':<7} {price:>11}  {r.problem or ''}")
     return "\n".join(lines)

@@ -153,6 +153,8 @@ class LocalLlamaBackend:
     supports_images = False
     embedded = True  # runs in-process (envs may choose prompts that suit small local models)
     greedy_ignores_seed = True  # temperature 0 is greedy: the seed changes nothing (cache keys)
+    # the preflight's answers stop here: free, and no cut is reported (memrl.control.preflight)
+    probe_answer_tokens = 4
 
     def __init__(
         self,

@@ -113,6 +113,33 @@ def test_each_purpose_is_probed_with_its_own_budget_and_the_headroom():
     assert client.totals()["probes"] == 2 and client.totals()["billed_replies"] == 2
 
 
+def test_an_embedded_models_probe_answer_is_capped_and_the_row_keeps_the_runs_budget():
+    """A backend that declares `probe_answer_tokens` (the embedded model) gets each purpose's
+    real prompt, stop and format with the answer capped; the row and the table keep the run's
+    budget and say the cap; a budget already under the cap is sent as it is."""
+    class Embedded:
+        model_id, probe_answer_tokens = "embedded", 4
+
+        def __init__(self):
+            self.seen = []
+
+        def generate(self, request):
+            self.seen.append(request)
+            return LLMResponse(text="go", prompt_tokens=12, completion_tokens=1)
+
+    backend = Embedded()
+    probes = [*PROBES, ModelProbe(role="llm", purpose="tiny", prompt="x", answer_tokens=2, budget_key="b")]
+    result = preflight({"llm": make_client(backend, max_retries=0)}, probes)
+    assert [(r.max_tokens, r.stop, r.messages[-1][1]) for r in backend.seen] == [
+        (4, ("\n",), "the first step"), (4, ("\n\n",), "Reflection:"), (2, (), "x")]
+    assert [(r.budget, r.probe_cap) for r in result.results] == [(64, 4), (160, 4), (2, None)]
+    assert "64 (probe 4)" in table(result) and "160 (probe 4)" in table(result)
+    backend.seen.clear()  # a backend without the attribute: the full budget, as before
+    del Embedded.probe_answer_tokens
+    preflight({"llm": make_client(backend, max_retries=0)}, PROBES)
+    assert [r.max_tokens for r in backend.seen] == [64, 160]
+
+
 def test_a_budget_the_reasoning_spends_refuses_the_run_naming_purpose_budget_and_key():
     client = make_client(Budgeted(reasoning=900, headroom=0), max_retries=6)
     with pytest.raises(PreflightError) as info:

@@ -83,6 +83,11 @@ def test_memrl_end_to_end_then_replay_from_cache(tmp_path, cassette):
     # preflight's calls, one per purpose (the action, the writer), go past the cache by design
     # (memrl.control.preflight) and are counted apart
     assert card_b["llm_totals"]["calls"] == 0 and card_b["llm_totals"]["probes"] == 2
+    # the embedded model's probes: each purpose's real prompt, the answer capped, the run's budget kept
+    rows = card_b["sessions"][-1]["preflight"]
+    assert len(rows) == 2 and rows[0]["purpose"] == "act", rows
+    assert all(r["probe_cap"] == 4 and r["completion_tokens"] <= 4 and r["budget"] > 4
+               and r["prompt_tokens"] > 20 for r in rows), rows
     assert card_b["llm_totals"]["cache_hits"] == card["llm_totals"]["requests"]
     assert json.loads(RunDir(tmp_path / "b").metrics.read_text()) == metrics
     assert bank_snapshot(tmp_path / "b") == bank_snapshot(run_dir)
