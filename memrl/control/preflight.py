@@ -13,9 +13,9 @@ one embedding. A call that fails, comes back empty, or is cut at its budget
 tokens spent and the key to raise. An embedded model (`probe_answer_tokens` on its backend:
 it costs nothing and reports no cut, so a longer answer checks nothing more) answers its
 probes with at most that many tokens: the model loads, takes each purpose's real prompt, stop
-sequences and format, and decodes; the row keeps the run's budget and says the cap. A finished run makes no call: the preflight runs when
-the first batch is about to start. `memrl check <overrides>` runs only this and prints the
-table (memrl.cli.check).
+sequences and format, and decodes; the row keeps the run's budget and says the cap. A
+finished run makes no call: the preflight runs when the first batch is about to start.
+`memrl check <overrides>` runs only this and prints the table (memrl.cli.check).
 
 It also returns what each model is (`identity`), for the run card's resume check: the
 cache identity, how it was found and the base URL it is served from.
