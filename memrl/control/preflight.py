@@ -217,7 +217,7 @@ def table(result: Preflight) -> str:
     """The preflight as a table: per purpose, the model, the budget the run sends (and the
     probe's cap on an embedded model's answer), reasoning tokens, finish reason and the price of
     the call."""
-    head = (f"{'role':<10} {'purpose':<16} {'model':<30} {'budget':>22} {'reasoning':>9} "
+    head = (f"{'role':<10} {'purpose':<16} {'model':<30} {'budget':>14} {'reasoning':>9} "
             f"{'finish':<7} {'price/call':>11}  problem")
     lines = [head]
     for r in result.results:
@@ -230,6 +230,6 @@ def table(result: Preflight) -> str:
         if r.probe_cap is not None:
             budget += f" (probe {r.probe_cap})"
         price = f"${r.cost_usd:.6f}" if r.priced else "unpriced"
-        lines.append(f"{r.role:<10} {r.purpose:<16} {r.model[:30]:<30} {budget:>22} "
+        lines.append(f"{r.role:<10} {r.purpose:<16} {r.model[:30]:<30} {budget:>14} "
                      f"{r.reasoning_tokens:>9} {r.finish_reason or '-':<7} {price:>11}  {r.problem or ''}")
     return "\n".join(lines)
