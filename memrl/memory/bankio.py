@@ -29,7 +29,6 @@ import json
 import shutil
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal
@@ -134,16 +133,6 @@ def _only_collection(chroma_dir: Path) -> str:
                           "(--collection)")
 
 
-@dataclass
-class IndexSource:
-    """A source bank's key index (an embedded Chroma collection) that a new bank may start
-    from instead of building its own (`create_bank`): where it is and which keys it holds."""
-
-    chroma_dir: Path
-    collection: str  # the bank's collection name; its keys are in <collection>-keys
-    keys: set[str]  # the key ids its index holds
-
-
 class BankReader:
     """The entries of a source, read from a copy of its bank directory (its texts read in
     place, read-only); a context manager that removes the copy."""
@@ -215,14 +204,6 @@ class BankReader:
             assert self._bank is not None
             yield from self._bank.iter_entries(with_embeddings=with_embeddings, with_texts=with_texts)
 
-
-    def index_source(self) -> IndexSource | None:
-        """The source's key index, when a new bank can start from a copy of it: a bank of the
-        current layout in a local Chroma directory (None for an export, the first layout or a
-        bank in a Chroma server)."""
-        if self._bank is None or self.src.meta.get("server"):
-            return None
-        return IndexSource(self.src.chroma_dir, self._bank.name, self._bank.entries.key_ids())
 
     def with_texts(self, entries: list[MemoryEntry]) -> list[MemoryEntry]:
         """`entries` (read without texts) with their experience texts."""
@@ -376,7 +357,6 @@ def renamed(entries: list[MemoryEntry], prefix: str, *, order_offset: int = 0,
 
 
 _WRITE_PAGE = 500
-_KEYS_PAGE = 5000  # key ids listed or dropped at a time (Chroma's largest batch is 5,461)
 
 
 def write_entries(bank: ChromaBank, entries: Iterable[MemoryEntry]) -> int:
@@ -424,97 +404,14 @@ def refuse_filled(out: Path) -> None:
         raise BankSourceError(f"{out}: exists and is not empty; choose a new directory")
 
 
-def _segment_dir(path: Path) -> bool:
-    """A Chroma segment's directory (named by the segment's UUID)."""
-    try:
-        return path.is_dir() and str(uuid.UUID(path.name)) == path.name
-    except ValueError:
-        return False
-
-
-def _same_search(configuration: Any, settings: BankSettings) -> bool:
-    hnsw = dict((configuration or {}).get("hnsw") or {})
-    want = {"space": "cosine", "ef_construction": settings.ef_construction, "ef_search": settings.ef_search,
-            "max_neighbors": settings.max_neighbors}
-    return {k: hnsw.get(k) for k in want} == want
-
-
-def copy_index(out: Path, src: IndexSource, settings: BankSettings) -> bool:
-    """Start the empty bank directory `out` with a copy of `src`'s key index (Chroma's own
-    files, copied as they are: the documented way to back up a persistent directory), named
-    for `settings.collection`, with every other collection dropped. Only an index built with
-    the search settings `settings` asks for is taken; otherwise `out` is left empty and the
-    answer is False. The source is read, never opened."""
-    import chromadb
-    from chromadb.config import Settings
-
-    if settings.host or not (src.chroma_dir / CHROMA_FILE).is_file():
-        return False
-    out.mkdir(parents=True, exist_ok=True)
-    copied = [out / CHROMA_FILE]
-    shutil.copy2(src.chroma_dir / CHROMA_FILE, out / CHROMA_FILE)
-    for d in sorted(src.chroma_dir.iterdir()):
-        if _segment_dir(d):
-            shutil.copytree(d, out / d.name)
-            copied.append(out / d.name)
-    name, want = src.collection + KEYS_SUFFIX, settings.collection + KEYS_SUFFIX
-    client = chromadb.PersistentClient(path=str(out), settings=Settings(anonymized_telemetry=False))
-    try:
-        names = _collections(client)
-        ok = name in names and _same_search(client.get_collection(name, embedding_function=None).configuration_json,
-                                            settings)
-        if ok:
-            for other in names:
-                if other != name:
-                    client.delete_collection(other)
-            if name != want:
-                client.get_collection(name, embedding_function=None).modify(name=want)
-    finally:
-        getattr(client, "close", lambda: None)()
-        del client
-        gc.collect()
-    if not ok:
-        for p in copied:
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
-    return ok
-
-
-def _start_from(bank: ChromaBank, wanted: set[str]) -> int:
-    """A bank whose index was copied (`copy_index`) keeps the copied keys in `wanted` (the key
-    ids of the entries it will hold: each such record has that intent and that vector, as
-    stored, so it is the record the bank would add) and drops the others. Returns how many it
-    keeps."""
-    held: list[str] = []
-    while True:
-        page = bank.index.get(include=[], limit=_KEYS_PAGE, offset=len(held))["ids"]
-        held += page
-        if len(page) < _KEYS_PAGE:
-            break
-    drop = [k for k in held if k not in wanted]
-    for i in range(0, len(drop), _KEYS_PAGE):
-        bank.index.delete(ids=drop[i:i + _KEYS_PAGE])
-    keep = [k for k in held if k in wanted]
-    bank.entries.write(new_keys=keep)
-    return len(keep)
-
-
-def create_bank(out: Path, entries: Iterable[MemoryEntry], settings: BankSettings, meta: dict[str, Any], *,
-                index_from: IndexSource | None = None, keys: set[str] | None = None) -> int:
+def create_bank(out: Path, entries: Iterable[MemoryEntry], settings: BankSettings, meta: dict[str, Any]) -> int:
     """A new bank directory holding `entries` (streamed, each id once, one vector size), with
-    its `bank_meta.json`; refuses a directory that is not empty.
-
-    `index_from` (with `keys`, the key ids of `entries`): start from a copy of that source's
-    key index (`copy_index`) and add only the keys it lacks, when it was built with these
-    search settings; the bank holds the same key records either way (its ids, vectors, entries
-    and texts are the same), only the graph that links them was built in another order."""
+    its `bank_meta.json`; refuses a directory that is not empty."""
     refuse_filled(out)
     checked = Checked(str(out))
-    copied = index_from is not None and keys is not None and copy_index(out, index_from, settings)
     bank = settings.open(out)
     try:
         bank.hold()  # a bank in the making: durable once, when written, not at every page
-        if copied:
-            _start_from(bank, keys or set())
         write_entries(bank, checked(entries))
         bank.flush()
         n = bank.count()
