@@ -98,10 +98,14 @@ system-deps:
 # that no other test's load or memory enters what they measure. Both always run; the target
 # fails if either did.
 TEST_JOBS ?= 2
+# Compiled modules are kept (__pycache__, git-ignored) even where the environment says not to
+# write them (PYTHONDONTWRITEBYTECODE): each test session and each `memrl run` a test starts
+# would otherwise compile every module of the harness, and pytest rewrite every test file, again.
+TEST_PY = PYTHONDONTWRITEBYTECODE= $(PY)
 # $(call two_passes,SEL): both passes, SEL narrowing each marker expression (e.g. " and not slow")
 two_passes = @rc1=0; rc2=0; t0=$$(date +%s); \
-	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial$(1)" || rc1=$$?; t1=$$(date +%s); \
-	$(PY) -m pytest -q -m "serial$(1)" || rc2=$$?; t2=$$(date +%s); \
+	$(TEST_PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial$(1)" || rc1=$$?; t1=$$(date +%s); \
+	$(TEST_PY) -m pytest -q -m "serial$(1)" || rc2=$$?; t2=$$(date +%s); \
 	echo "make test: parallel pass exit $$rc1 in $$((t1 - t0)) s, serial pass exit $$rc2 in $$((t2 - t1)) s"; \
 	[ $$rc1 -eq 0 ] && [ $$rc2 -eq 0 ]
 test: setup
@@ -115,7 +119,7 @@ lint: setup
 # host (`serial`: sandbox containment, time limits, rate limits), on TEST_JOBS workers. `make test`
 # runs them all; CI runs `make test`.
 test-fast: setup
-	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not slow and not serial"
+	$(TEST_PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not slow and not serial"
 
 # The teacher (ALFWorld's expert) plays the demo games twice (a failed attempt, then whole), then
 # the embedded model plays them with MemRL and RAG, each from that history bank and writing every
