@@ -437,13 +437,18 @@ def test_a_tree_without_a_shell_is_a_clear_error_and_leaves_nothing(tmp_path):
 
 @pytest.mark.parametrize("command, detail", [("kill -9 -1", "sandbox_killed"),
                                              ("kill -STOP -1; sleep 1", "sandbox_frozen")])
-def test_an_agent_that_breaks_its_own_sandbox_fails_its_task_not_the_environment(rootfs, command, detail):
+def test_an_agent_that_breaks_its_own_sandbox_fails_its_task_not_the_environment(rootfs, command, detail,
+                                                                               monkeypatch):
     """Before: `kill -9 -1` ("the shell is gone") and `kill -STOP -1` (the shell does not
     answer) were recorded as env_error, and a batch of them stopped the run under
     runner.max_error_rate. It is the agent's doing: the task's failure, with no error."""
     from memrl.control.guards import counts_against_error_rate
-    from memrl_envs.lifelong_os.shell import _GRACE_S
+    from memrl_envs.lifelong_os import shell
 
+    # a frozen shell never answers, however long it is given: a shorter grace than the 15 s
+    # default shows the same giving up, sooner
+    monkeypatch.setattr(shell, "_GRACE_S", 5.0)
+    _GRACE_S = shell._GRACE_S
     env = make_env(rootfs, command_timeout_s=1)
     start = time.monotonic()
     result = episode(env, command)
