@@ -44,7 +44,7 @@ import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, KeysView, Sequence
 
 import numpy as np
 
@@ -52,9 +52,10 @@ from memrl.core.records import iter_jsonl
 from memrl.core.rundir import RunDir
 from memrl.journal.banklog import BankHistory
 from memrl.memory.bank import BankSettings
-from memrl.memory.bankio import (BankReader, BankSource, BankSourceError, Checked, create_bank, hnsw_meta,
-                                 merge_stream, refuse_filled, resolve, write_jsonl)
+from memrl.memory.bankio import (BankReader, BankSource, BankSourceError, Checked, IndexSource, create_bank,
+                                 hnsw_meta, merge_stream, refuse_filled, resolve, write_jsonl)
 from memrl.memory.entry import MemoryEntry
+from memrl.memory.entrystore import key_id
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -264,7 +265,9 @@ class Spool:
     fields pickled a page at a time, their vectors float32 in one flat file, each distinct vector
     once (the entries of one key share it). `merge` reads each source into a spool and closes it
     before it opens the next, and writes the merged bank once both are closed: an open bank holds
-    its vector index in memory, a spool only where each distinct vector lies. A context manager."""
+    its vector index in memory, a spool only where each distinct vector lies. `keys`: the key
+    ids (`entrystore.key_id`: intent and vector) of the entries parked, `vector(key)` a key's
+    vector. A context manager."""
 
     PAGE = 500  # entries pickled (and read back) at a time
 
@@ -273,6 +276,8 @@ class Spool:
         self._pages = open(Path(self._tmp.name) / "entries.pickle", "w+b")
         self._vectors = open(Path(self._tmp.name) / "vectors.f32", "w+b")
         self._at: dict[bytes, tuple[int, int]] = {}  # a vector's digest -> (byte offset, values)
+        self._keys: dict[tuple[str, bytes], str] = {}  # (intent, its vector's digest) -> key id
+        self._key_at: dict[str, tuple[int, int]] = {}  # key id -> where its vector lies
 
     def __enter__(self) -> "Spool":
         return self
@@ -287,7 +292,7 @@ class Spool:
         page: list[list[Any]] = []
         for e in entries:
             row = [getattr(e, f) for f in _FIELDS]
-            row[_VECTOR] = self._park(e.embedding)
+            row[_VECTOR] = self._park(e.intent, e.embedding)
             page.append(row)
             if len(page) == self.PAGE:
                 pickle.dump(page, self._pages, protocol=pickle.HIGHEST_PROTOCOL)
@@ -295,13 +300,26 @@ class Spool:
         if page:
             pickle.dump(page, self._pages, protocol=pickle.HIGHEST_PROTOCOL)
 
-    def _park(self, vector: Any) -> tuple[int, int]:
+    def _park(self, intent: str, vector: Any) -> tuple[int, int]:
         raw = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
         digest = hashlib.sha256(raw).digest()
         if digest not in self._at:
             self._at[digest] = (self._vectors.seek(0, os.SEEK_END), len(raw) // 4)
             self._vectors.write(raw)
+        if (intent, digest) not in self._keys:
+            kid = self._keys[intent, digest] = key_id(intent, vector)
+            self._key_at[kid] = self._at[digest]
         return self._at[digest]
+
+    @property
+    def keys(self) -> KeysView[str]:
+        return self._key_at.keys()
+
+    def vector(self, key: str) -> np.ndarray:
+        """The vector of a key parked here (`keys`)."""
+        self._vectors.flush()
+        where, size = self._key_at[key]
+        return np.frombuffer(os.pread(self._vectors.fileno(), 4 * size, where), dtype=np.float32).copy()
 
     def entries(self, with_embeddings: bool = True) -> Iterator[MemoryEntry]:
         """The parked entries in order (`with_embeddings=False`: without their vectors)."""
@@ -321,6 +339,17 @@ class Spool:
                 yield MemoryEntry(*row)
 
 
+def reusable_index(indexes: list[IndexSource], keys: set[str]) -> IndexSource | None:
+    """The source index the merged bank starts from (`bankio.create_bank`): the one holding most
+    of the merged bank's `keys`, when it holds at least as many of them as it holds others (a copy
+    mostly dropped again would save little); None: the merged bank builds its own."""
+    best = max(indexes, key=lambda i: len(i.keys & keys), default=None)
+    if best is None:
+        return None
+    kept = len(best.keys & keys)
+    return best if kept and 2 * kept >= len(best.keys) else None
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else ["a", "b"]
     if len(labels) != 2 or len(set(labels)) != 2 or not all(labels):
@@ -331,15 +360,25 @@ def cmd_merge(args: argparse.Namespace) -> int:
     out = Path(args.out)
     refuse_filled(out)
     counts = {label: Checked(label, dims=False, hashed=False) for label in labels}
+    indexes: list[IndexSource] = []
     with Spool() as spool_a, Spool() as spool_b:
         for label, src, spool in ((labels[0], src_a, spool_a), (labels[1], src_b, spool_b)):
             with BankReader(src) as reader:  # one source open at a time, closed before the next
                 spool.add(counts[label](reader.entries(with_embeddings=True)))
+                index = reader.index_source()
+            if index is not None:
+                indexes.append(index)
+        keys = set(spool_a.keys | spool_b.keys)
+
+        def key_vector(key: str) -> np.ndarray:
+            return spool_a.vector(key) if key in spool_a.keys else spool_b.vector(key)
+
         merged = merge_stream([(labels[0], spool_a.entries), (labels[1], spool_b.entries)])
         n = create_bank(out, merged, _hnsw(src_a, args),
                         {"merged_from": {labels[0]: src_a.describe(), labels[1]: src_b.describe()},
                          "embedder": src_a.embedder or src_b.embedder,
-                         "memory": src_a.memory if src_a.memory == src_b.memory else None})
+                         "memory": src_a.memory if src_a.memory == src_b.memory else None},
+                        index_from=reusable_index(indexes, keys), keys=keys, key_vector=key_vector)
     print(f"merged {counts[labels[0]].n} ({labels[0]}) + {counts[labels[1]].n} ({labels[1]}) entries "
           f"into {args.out}: {n}")
     return 0

@@ -29,9 +29,12 @@ import json
 import shutil
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, Callable, Iterable, Iterator, Literal
+
+import numpy as np
 
 from memrl.core.records import write_json_atomic
 from memrl.core.rundir import RunDir
@@ -133,6 +136,16 @@ def _only_collection(chroma_dir: Path) -> str:
                           "(--collection)")
 
 
+@dataclass
+class IndexSource:
+    """A source bank's key index (an embedded Chroma collection) that a new bank may start from
+    instead of building its own (`create_bank`): where it is and which keys it holds."""
+
+    chroma_dir: Path
+    collection: str  # the bank's collection name; its keys are in <collection>-keys
+    keys: set[str]  # the ids of the keys its index holds
+
+
 class BankReader:
     """The entries of a source, read from a copy of its bank directory (its texts read in
     place, read-only); a context manager that removes the copy."""
@@ -204,6 +217,14 @@ class BankReader:
             assert self._bank is not None
             yield from self._bank.iter_entries(with_embeddings=with_embeddings, with_texts=with_texts)
 
+
+    def index_source(self) -> IndexSource | None:
+        """The source's key index, when a new bank can start from a copy of it: a bank of the
+        current layout in a local Chroma directory (None: an export, the first layout, a bank in
+        a Chroma server)."""
+        if self._bank is None or self.src.meta.get("server"):
+            return None
+        return IndexSource(self.src.chroma_dir, self._bank.name, self._bank.entries.key_ids())
 
     def with_texts(self, entries: list[MemoryEntry]) -> list[MemoryEntry]:
         """`entries` (read without texts) with their experience texts."""
@@ -357,6 +378,8 @@ def renamed(entries: list[MemoryEntry], prefix: str, *, order_offset: int = 0,
 
 
 _WRITE_PAGE = 500
+_KEYS_PAGE = 5000  # key ids listed or dropped at a time (Chroma's largest batch is 5,461)
+_PROBE = 64  # copied keys checked against what this Chroma stores (`_stored_alike`)
 
 
 def write_entries(bank: ChromaBank, entries: Iterable[MemoryEntry]) -> int:
@@ -404,15 +427,137 @@ def refuse_filled(out: Path) -> None:
         raise BankSourceError(f"{out}: exists and is not empty; choose a new directory")
 
 
-def create_bank(out: Path, entries: Iterable[MemoryEntry], settings: BankSettings, meta: dict[str, Any]) -> int:
+def _segment_dir(path: Path) -> bool:
+    """A Chroma segment's directory (named by the segment's UUID)."""
+    try:
+        return path.is_dir() and str(uuid.UUID(path.name)) == path.name
+    except ValueError:
+        return False
+
+
+def _same_search(configuration: Any, settings: BankSettings) -> bool:
+    hnsw = dict((configuration or {}).get("hnsw") or {})
+    want = {"space": "cosine", "ef_construction": settings.ef_construction, "ef_search": settings.ef_search,
+            "max_neighbors": settings.max_neighbors}
+    return {k: hnsw.get(k) for k in want} == want
+
+
+def _empty(out: Path) -> None:
+    for p in out.iterdir():
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def copy_index(out: Path, src: IndexSource, settings: BankSettings) -> bool:
+    """Start the empty bank directory `out` with a copy of `src`'s key index: Chroma's own files
+    copied as they are (a persistent directory's documented backup), the collection renamed
+    for `settings.collection`, every other collection dropped. Only an index built with the
+    search settings `settings` asks for is taken (False: `out` is left empty). The source is
+    read, never opened."""
+    import chromadb
+    from chromadb.config import Settings
+
+    if settings.host or not (src.chroma_dir / CHROMA_FILE).is_file():
+        return False
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src.chroma_dir / CHROMA_FILE, out / CHROMA_FILE)
+    for d in sorted(src.chroma_dir.iterdir()):
+        if _segment_dir(d):
+            shutil.copytree(d, out / d.name)
+    name, want = src.collection + KEYS_SUFFIX, settings.collection + KEYS_SUFFIX
+    client = chromadb.PersistentClient(path=str(out), settings=Settings(anonymized_telemetry=False))
+    try:
+        names = _collections(client)
+        ok = name in names and _same_search(
+            client.get_collection(name, embedding_function=None).configuration_json, settings)
+        if ok:
+            for other in names:
+                if other != name:
+                    client.delete_collection(other)
+            if name != want:
+                client.get_collection(name, embedding_function=None).modify(name=want)
+    finally:
+        getattr(client, "close", lambda: None)()
+        del client
+        gc.collect()
+    if not ok:
+        _empty(out)
+    return ok
+
+
+def _stored_alike(bank: ChromaBank, given: dict[str, np.ndarray]) -> bool:
+    """Whether the copied index holds each of these keys as this Chroma would store the vector
+    it is given (`given`: key id -> that vector): Chroma normalises a cosine index's vectors
+    as it stores them, so the copy is taken only if its normalisation is this one's."""
+    import chromadb
+    from chromadb.config import Settings
+
+    stored = bank.vectors(given, arrays=True)
+    with tempfile.TemporaryDirectory(prefix="memrl-probe-") as tmp:
+        client = chromadb.PersistentClient(path=tmp, settings=Settings(anonymized_telemetry=False))
+        try:
+            probe = client.create_collection("probe", configuration={"hnsw": {"space": "cosine"}},
+                                             embedding_function=None)
+            ids = list(given)
+            probe.add(ids=ids, embeddings=[np.asarray(given[k], dtype=np.float32) for k in ids])
+            res = probe.get(ids=ids, include=["embeddings"])
+            fresh = {k: np.asarray(v, dtype=np.float32) for k, v in zip(res["ids"], res["embeddings"])}
+        finally:
+            getattr(client, "close", lambda: None)()
+            del client
+            gc.collect()
+    return all(k in stored and stored[k].tobytes() == fresh[k].tobytes() for k in ids)
+
+
+def _reuse_index(bank: ChromaBank, keys: set[str], key_vector: Callable[[str], Any]) -> list[str] | None:
+    """A bank whose index was copied (`copy_index`) keeps the copied keys that are in `keys`
+    (the key ids of the entries it will hold: a key id is its intent with the vector it was
+    given, so such a record is the one the bank would add) and returns the others, to drop once
+    the new keys are in (dropped before, their places would be taken by the new keys, which
+    costs Chroma more than adding them). None: the copy stores vectors otherwise
+    (`_stored_alike`) and is not taken."""
+    held: list[str] = []
+    while True:
+        page = bank.index.get(include=[], limit=_KEYS_PAGE, offset=len(held))["ids"]
+        held += page
+        if len(page) < _KEYS_PAGE:
+            break
+    keep = [k for k in held if k in keys]
+    step = max(1, len(keep) // _PROBE)
+    if keep and not _stored_alike(bank, {k: key_vector(k) for k in keep[::step][:_PROBE]}):
+        return None
+    bank.entries.write(new_keys=keep)
+    return [k for k in held if k not in keys]
+
+
+def create_bank(out: Path, entries: Iterable[MemoryEntry], settings: BankSettings, meta: dict[str, Any], *,
+                index_from: IndexSource | None = None, keys: set[str] | None = None,
+                key_vector: Callable[[str], Any] | None = None) -> int:
     """A new bank directory holding `entries` (streamed, each id once, one vector size), with
-    its `bank_meta.json`; refuses a directory that is not empty."""
+    its `bank_meta.json`; refuses a directory that is not empty.
+
+    `index_from`, with `keys` (the key ids of `entries`) and `key_vector` (a key id's vector
+    as the entries give it): start from a copy of that source's key index (`copy_index`) and
+    add only the keys it lacks. The bank holds the same key records either way (the same ids
+    with the same vectors), and the same entries and texts; only the graph that links the keys
+    was built in another order, and holds the copied keys the bank does not (marked deleted)."""
     refuse_filled(out)
     checked = Checked(str(out))
+    copied = (index_from is not None and keys is not None and key_vector is not None
+              and copy_index(out, index_from, settings))
     bank = settings.open(out)
     try:
+        drop: list[str] = []
+        if copied:
+            kept = _reuse_index(bank, keys or set(), key_vector or (lambda k: None))
+            if kept is None:  # not taken: a new index after all
+                bank.close()
+                _empty(out)
+                bank = settings.open(out)
+            drop = kept or []
         bank.hold()  # a bank in the making: durable once, when written, not at every page
         write_entries(bank, checked(entries))
+        for i in range(0, len(drop), _KEYS_PAGE):
+            bank.index.delete(ids=drop[i:i + _KEYS_PAGE])
         bank.flush()
         n = bank.count()
     finally:

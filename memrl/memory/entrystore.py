@@ -201,6 +201,10 @@ class EntryStore:
     def key_count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM keys").fetchone()[0])
 
+    def key_ids(self) -> set[str]:
+        """The id of every key the index holds."""
+        return {r[0] for r in self.db.execute("SELECT key_id FROM keys")}
+
     def orphan_keys(self, key_ids: Iterable[str]) -> list[str]:
         """Those of `key_ids` no entry is filed under."""
         return [k for k in dict.fromkeys(key_ids)
