@@ -1,7 +1,8 @@
 """Reading banks from elsewhere: run directories, bank directories and JSONL exports.
 
 Used by the bank tools (`memrl bank`, memrl/cli/bank.py) and by `memory.bank.init_from` (a run seeded
-from another run's bank, e.g. cross-model transfer). A source is never modified: its bank
+from another run's bank, e.g. cross-model transfer: memrl.memory.seeding). A merged bank's index
+may start from a copy of a source's (memrl.memory.index_copy). A source is never modified: its bank
 directory (without its texts) is copied to a temporary directory and read from the copy
 (opening a Chroma directory may write to it); its texts are read in place, read-only.
 
@@ -29,12 +30,9 @@ import json
 import shutil
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal
-
-import numpy as np
 
 from memrl.core.records import write_json_atomic
 from memrl.core.rundir import RunDir
@@ -42,11 +40,11 @@ from memrl.memory.bank import KEYS_SUFFIX, SERVER_CLAIM, TEXTS_FILE, BankSetting
 from memrl.memory.entry import BankUpdate, MemoryEntry, decode_vector, vector_list
 from memrl.memory.entrystore import FILE as ENTRIES_FILE
 from memrl.memory.entrystore import EntryStore
+from memrl.memory.index_copy import (CHROMA_FILE, KEYS_PAGE, IndexSource, collection_names, copy_index,
+                                     empty_dir, reuse_index)
 from memrl.memory.textstore import TextStore, index_path
 
 META_FILE = "bank_meta.json"
-CHROMA_FILE = "chroma.sqlite3"
-SEED_MARKER = "init_from.json"  # in a seeded run's bank dir: provenance + "seeding done"
 
 
 class BankSourceError(ValueError):
@@ -106,10 +104,6 @@ def resolve(path: str | Path) -> BankSource:
                           f"a bank directory with {CHROMA_FILE}, or a .jsonl export)")
 
 
-def _collections(client: Any) -> list[str]:
-    return sorted(c.name for c in client.list_collections())
-
-
 def _only_collection(chroma_dir: Path) -> str:
     """The collection of a bank directory (a copy: opening it may write) that does not say it."""
     if (chroma_dir / ENTRIES_FILE).exists():
@@ -125,7 +119,7 @@ def _only_collection(chroma_dir: Path) -> str:
 
     client = chromadb.PersistentClient(path=str(chroma_dir), settings=Settings(anonymized_telemetry=False))
     try:
-        names = sorted({n[:-len(KEYS_SUFFIX)] if n.endswith(KEYS_SUFFIX) else n for n in _collections(client)})
+        names = sorted({n[:-len(KEYS_SUFFIX)] if n.endswith(KEYS_SUFFIX) else n for n in collection_names(client)})
     finally:
         getattr(client, "close", lambda: None)()
     if len(names) == 1:
@@ -134,16 +128,6 @@ def _only_collection(chroma_dir: Path) -> str:
         return "memories"
     raise BankSourceError(f"{chroma_dir}: holds collections {names or 'none'}; say which "
                           "(--collection)")
-
-
-@dataclass
-class IndexSource:
-    """A source bank's key index (an embedded Chroma collection) that a new bank may start from
-    instead of building its own (`create_bank`): where it is and which keys it holds."""
-
-    chroma_dir: Path
-    collection: str  # the bank's collection name; its keys are in <collection>-keys
-    keys: set[str]  # the ids of the keys its index holds
 
 
 class BankReader:
@@ -187,9 +171,9 @@ class BankReader:
         client = chromadb.HttpClient(host=server["host"], port=server["port"], settings=settings) if server \
             else chromadb.PersistentClient(path=str(copy), settings=settings)
         self._client = client
-        if name not in _collections(client):
+        if name not in collection_names(client):
             raise BankSourceError(f"{self.src.path}: no collection {name!r} (it has: "
-                                  f"{', '.join(_collections(client)) or 'none'})")
+                                  f"{', '.join(collection_names(client)) or 'none'})")
         return client.get_collection(name, embedding_function=None)
 
     def __exit__(self, *exc: Any) -> None:
@@ -378,8 +362,6 @@ def renamed(entries: list[MemoryEntry], prefix: str, *, order_offset: int = 0,
 
 
 _WRITE_PAGE = 500
-_KEYS_PAGE = 5000  # key ids listed or dropped at a time (Chroma's largest batch is 5,461)
-_PROBE = 64  # copied keys checked against what this Chroma stores (`_stored_alike`)
 
 
 def write_entries(bank: ChromaBank, entries: Iterable[MemoryEntry]) -> int:
@@ -427,108 +409,6 @@ def refuse_filled(out: Path) -> None:
         raise BankSourceError(f"{out}: exists and is not empty; choose a new directory")
 
 
-def _segment_dir(path: Path) -> bool:
-    """A Chroma segment's directory (named by the segment's UUID)."""
-    try:
-        return path.is_dir() and str(uuid.UUID(path.name)) == path.name
-    except ValueError:
-        return False
-
-
-def _same_search(configuration: Any, settings: BankSettings) -> bool:
-    hnsw = dict((configuration or {}).get("hnsw") or {})
-    want = {"space": "cosine", "ef_construction": settings.ef_construction, "ef_search": settings.ef_search,
-            "max_neighbors": settings.max_neighbors}
-    return {k: hnsw.get(k) for k in want} == want
-
-
-def _empty(out: Path) -> None:
-    for p in out.iterdir():
-        shutil.rmtree(p) if p.is_dir() else p.unlink()
-
-
-def copy_index(out: Path, src: IndexSource, settings: BankSettings) -> bool:
-    """Start the empty bank directory `out` with a copy of `src`'s key index: Chroma's own files
-    copied as they are (a persistent directory's documented backup), the collection renamed
-    for `settings.collection`, every other collection dropped. Only an index built with the
-    search settings `settings` asks for is taken (False: `out` is left empty). The source is
-    read, never opened."""
-    import chromadb
-    from chromadb.config import Settings
-
-    if settings.host or not (src.chroma_dir / CHROMA_FILE).is_file():
-        return False
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(src.chroma_dir / CHROMA_FILE, out / CHROMA_FILE)
-    for d in sorted(src.chroma_dir.iterdir()):
-        if _segment_dir(d):
-            shutil.copytree(d, out / d.name)
-    name, want = src.collection + KEYS_SUFFIX, settings.collection + KEYS_SUFFIX
-    client = chromadb.PersistentClient(path=str(out), settings=Settings(anonymized_telemetry=False))
-    try:
-        names = _collections(client)
-        ok = name in names and _same_search(
-            client.get_collection(name, embedding_function=None).configuration_json, settings)
-        if ok:
-            for other in names:
-                if other != name:
-                    client.delete_collection(other)
-            if name != want:
-                client.get_collection(name, embedding_function=None).modify(name=want)
-    finally:
-        getattr(client, "close", lambda: None)()
-        del client
-        gc.collect()
-    if not ok:
-        _empty(out)
-    return ok
-
-
-def _stored_alike(bank: ChromaBank, given: dict[str, np.ndarray]) -> bool:
-    """Whether the copied index holds each of these keys as this Chroma would store the vector
-    it is given (`given`: key id -> that vector): Chroma normalises a cosine index's vectors
-    as it stores them, so the copy is taken only if its normalisation is this one's."""
-    import chromadb
-    from chromadb.config import Settings
-
-    stored = bank.vectors(given, arrays=True)
-    with tempfile.TemporaryDirectory(prefix="memrl-probe-") as tmp:
-        client = chromadb.PersistentClient(path=tmp, settings=Settings(anonymized_telemetry=False))
-        try:
-            probe = client.create_collection("probe", configuration={"hnsw": {"space": "cosine"}},
-                                             embedding_function=None)
-            ids = list(given)
-            probe.add(ids=ids, embeddings=[np.asarray(given[k], dtype=np.float32) for k in ids])
-            res = probe.get(ids=ids, include=["embeddings"])
-            fresh = {k: np.asarray(v, dtype=np.float32) for k, v in zip(res["ids"], res["embeddings"])}
-        finally:
-            getattr(client, "close", lambda: None)()
-            del client
-            gc.collect()
-    return all(k in stored and stored[k].tobytes() == fresh[k].tobytes() for k in ids)
-
-
-def _reuse_index(bank: ChromaBank, keys: set[str], key_vector: Callable[[str], Any]) -> list[str] | None:
-    """A bank whose index was copied (`copy_index`) keeps the copied keys that are in `keys`
-    (the key ids of the entries it will hold: a key id is its intent with the vector it was
-    given, so such a record is the one the bank would add) and returns the others, to drop once
-    the new keys are in (dropped before, their places would be taken by the new keys, which
-    costs Chroma more than adding them). None: the copy stores vectors otherwise
-    (`_stored_alike`) and is not taken."""
-    held: list[str] = []
-    while True:
-        page = bank.index.get(include=[], limit=_KEYS_PAGE, offset=len(held))["ids"]
-        held += page
-        if len(page) < _KEYS_PAGE:
-            break
-    keep = [k for k in held if k in keys]
-    step = max(1, len(keep) // _PROBE)
-    if keep and not _stored_alike(bank, {k: key_vector(k) for k in keep[::step][:_PROBE]}):
-        return None
-    bank.entries.write(new_keys=keep)
-    return [k for k in held if k not in keys]
-
-
 def create_bank(out: Path, entries: Iterable[MemoryEntry], settings: BankSettings, meta: dict[str, Any], *,
                 index_from: IndexSource | None = None, keys: set[str] | None = None,
                 key_vector: Callable[[str], Any] | None = None) -> int:
@@ -548,16 +428,16 @@ def create_bank(out: Path, entries: Iterable[MemoryEntry], settings: BankSetting
     try:
         drop: list[str] = []
         if copied:
-            kept = _reuse_index(bank, keys or set(), key_vector or (lambda k: None))
+            kept = reuse_index(bank, keys or set(), key_vector or (lambda k: None))
             if kept is None:  # not taken: a new index after all
                 bank.close()
-                _empty(out)
+                empty_dir(out)
                 bank = settings.open(out)
             drop = kept or []
         bank.hold()  # a bank in the making: durable once, when written, not at every page
         write_entries(bank, checked(entries))
-        for i in range(0, len(drop), _KEYS_PAGE):
-            bank.index.delete(ids=drop[i:i + _KEYS_PAGE])
+        for i in range(0, len(drop), KEYS_PAGE):
+            bank.index.delete(ids=drop[i:i + KEYS_PAGE])
         bank.flush()
         n = bank.count()
     finally:
@@ -587,57 +467,3 @@ def merge_entries(parts: list[tuple[str, list[MemoryEntry]]]) -> list[MemoryEntr
     out = list(merge_stream([(label, lambda _full, es=entries: iter(es)) for label, entries in parts]))
     check_unique_ids(out, "merge")
     return out
-# --------------------------------------------------------------------------- seeding
-SEED_PREFIX = "init:"
-
-
-def seed_once(bank: ChromaBank, bank_dir: str | Path, source: str | Path, embedder: Any, *,
-              init_q: str = "keep", q_init: float = 0.0) -> dict[str, Any]:
-    """Fill an empty run bank with a copy of `source`'s entries, once per run.
-
-    `init_q="reset"` gives every copy Q = `q_init` and visits = 0 (`keep`: as in the source).
-
-    The marker file `<bank_dir>/init_from.json` makes this safe to call on every start: a
-    resumed run finds the marker with status "done" and does nothing (its bank has moved on
-    since). A start that died while copying finds status "copying" and copies again (adds
-    are upserts of the same ids). Ids get the prefix "init:" so memories the new run writes
-    (e.g. `e001:<task>`) never replace a copied one. Returns the provenance facts.
-    """
-    marker = Path(bank_dir) / SEED_MARKER
-    if marker.exists():
-        facts = json.loads(marker.read_text())
-        if facts.get("status") == "done":
-            return {k: v for k, v in facts.items() if k != "status"}
-    elif bank.count() > 0:
-        raise BankSourceError(f"memory.bank.init_from: the run bank at {bank_dir} already holds "
-                              f"{bank.count()} entries; init_from only seeds a new run")
-    src = resolve(source)
-    write_json_atomic(marker, {"status": "copying", "source": src.describe()})
-    where = f"memory.bank.init_from ({src.path})"
-    if init_q not in ("keep", "reset"):
-        raise BankSourceError(f"memory.bank.init_q: keep | reset (got {init_q!r})")
-    with BankReader(src) as reader:
-        first = Checked(where)  # each id once, one vector size: checked before anything is written
-        for _ in first(reader.entries(with_embeddings=True, with_texts=False)):
-            pass
-        check_embedder(src, first.dim, embedder, where)
-
-        source = Checked(where, dims=False)  # the source's fingerprint, as its entries pass
-
-        def seeded() -> Iterator[MemoryEntry]:
-            for e in renamed_stream(source(reader.entries(with_embeddings=True)), SEED_PREFIX, first.ids,
-                                    extra={"init_from": str(src.path)}):
-                if init_q == "reset":
-                    e.q, e.visits = float(q_init), 0
-                e.extra["seeded_q"] = float(e.q)  # where its utility started in this run
-                yield e
-
-        n = write_entries(bank, seeded())
-        bank.flush()  # durable before the marker says the seeding is done
-    facts = {"source": src.describe(), "entries": n, "fingerprint": source.fingerprint,
-             "id_prefix": SEED_PREFIX, "init_q": init_q,
-             "seeded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    if init_q == "reset":
-        facts["q_init"] = float(q_init)
-    write_json_atomic(marker, {**facts, "status": "done"})
-    return facts

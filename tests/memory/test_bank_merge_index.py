@@ -17,7 +17,7 @@ from memrl.cli import bank as bank_cli
 from memrl.cli.bank import Spool
 from memrl.cli.bank import main as bank_main
 from memrl.llm.embed import HashingEmbedder
-from memrl.memory import bankio
+from memrl.memory import index_copy
 from memrl.memory.bank import BankSettings, ChromaBank
 from memrl.memory.bankio import read_entries, resolve
 from memrl.memory.entry import BankUpdate, MemoryEntry
@@ -174,7 +174,7 @@ def test_a_copy_that_stores_vectors_otherwise_is_not_taken(tmp_path, upserted, m
         probed.append(len(given))
         return False
 
-    monkeypatch.setattr(bankio, "_stored_alike", otherwise)
+    monkeypatch.setattr(index_copy, "stored_alike", otherwise)
     merge(a, b, tmp_path / "m")
     assert probed == [5] and len(upserted) == 6  # probed, refused, and a new index built
     got, keys, *_ = index_state(tmp_path / "m", [])
@@ -187,8 +187,8 @@ def test_the_probe_compares_what_this_chroma_stores(tmp_path):
     held = ChromaBank(make(tmp_path / "a", es), create=False)
     try:
         given = {key_id(e.intent, e.embedding): np.asarray(e.embedding) for e in es}
-        assert bankio._stored_alike(held, given)  # what the bank was given, stored as this Chroma stores it
-        assert not bankio._stored_alike(held, {k: np.roll(v, 1) for k, v in given.items()})
+        assert index_copy.stored_alike(held, given)  # what the bank was given, stored as this Chroma stores it
+        assert not index_copy.stored_alike(held, {k: np.roll(v, 1) for k, v in given.items()})
         odd = {k: v for k, v in given.items() if held.vectors([k], arrays=True)[k].tobytes() != v.tobytes()}
         assert odd  # given back a rounding away from what it was given, and still alike
     finally:
