@@ -52,10 +52,11 @@ from memrl.core.records import iter_jsonl
 from memrl.core.rundir import RunDir
 from memrl.journal.banklog import BankHistory
 from memrl.memory.bank import BankSettings
-from memrl.memory.bankio import (BankReader, BankSource, BankSourceError, Checked, IndexSource, create_bank,
-                                 hnsw_meta, merge_stream, refuse_filled, resolve, write_jsonl)
+from memrl.memory.bankio import (BankReader, BankSource, BankSourceError, Checked, create_bank, hnsw_meta,
+                                 merge_stream, refuse_filled, resolve, write_jsonl)
 from memrl.memory.entry import MemoryEntry
 from memrl.memory.entrystore import key_id
+from memrl.memory.index_copy import IndexSource
 
 
 # ------------------------------------------------------------------------------ helpers
