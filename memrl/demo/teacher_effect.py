@@ -15,7 +15,7 @@ memories are `e001:<task id>` in its bank) and student runs seeded from it
 - Teacher memories' Q. From the student's final bank: every teacher memory (id prefix
   `init:`), its Q and visits, how many of the episodes it was injected into were solved,
   and its movement from the Q it was seeded with (`extra.seeded_q`, written by
-  `seeding.seed_once`; 0 after `init_q=reset`): rose (Q above it), fell (below), or unused.
+  `init_from.seed_once`; 0 after `init_q=reset`): rose (Q above it), fell (below), or unused.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 from memrl.core.records import iter_jsonl
 from memrl.core.rundir import RunDir
-from memrl.memory.seeding import SEED_PREFIX
+from memrl.memory.init_from import SEED_PREFIX
 
 
 def _norm(action: str) -> str:

@@ -1,7 +1,7 @@
 """Reading banks from elsewhere: run directories, bank directories and JSONL exports.
 
 Used by the bank tools (`memrl bank`, memrl/cli/bank.py) and by `memory.bank.init_from` (a run seeded
-from another run's bank, e.g. cross-model transfer: memrl.memory.seeding). A merged bank's index
+from another run's bank, e.g. cross-model transfer: memrl.memory.init_from). A merged bank's index
 may start from a copy of a source's (memrl.memory.index_copy). A source is never modified: its bank
 directory (without its texts) is copied to a temporary directory and read from the copy
 (opening a Chroma directory may write to it); its texts are read in place, read-only.

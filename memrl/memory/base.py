@@ -195,7 +195,7 @@ class BankedMemory(EntryMemory):
     Two bank options work the same for every banked module (transfer, e.g. cross-model as
     in the paper's App. C.1, or a merged bank):
     - `bank.init_from`: before anything else, an empty run bank is seeded with a copy of
-      another bank (`seeding.seed_once`: once per run; a resumed run keeps its own bank);
+      another bank (`init_from.seed_once`: once per run; a resumed run keeps its own bank);
       `bank.init_q: reset` starts the copies at the module's `q_init` with no visits;
     - `bank.frozen`: retrieve only. `build` wraps the module in `FrozenMemory`: no planned update, no
       digest (no model call), no apply, whatever the module does otherwise.
@@ -216,7 +216,7 @@ class BankedMemory(EntryMemory):
         self.bank = settings.bank.open(bank_dir, texts=texts)
         self.bank_facts: dict[str, Any] = {}
         if settings.bank.init_from:
-            from memrl.memory.seeding import seed_once
+            from memrl.memory.init_from import seed_once
 
             self.bank_facts["init_from"] = seed_once(
                 self.bank, bank_dir, settings.bank.init_from, embedder,

@@ -25,7 +25,7 @@ from memrl.llm.embed import HashingEmbedder
 from memrl.llm.scripted import ScriptedBackend
 from memrl.memory.bank import BankSettings
 from memrl.memory.bankio import BankSourceError, read_entries, resolve
-from memrl.memory.seeding import SEED_MARKER
+from memrl.memory.init_from import SEED_MARKER
 from memrl.memory.base import FrozenMemory, LearnItem, MemoryModule
 from memrl.memory.memrl import MemRLMemory, MemRLSettings
 from memory_state import snapshot
